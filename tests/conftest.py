@@ -1,0 +1,29 @@
+"""Shared test helpers. The suite runs on the device named by TINYATTN_DEVICE (cpu by default)."""
+import numpy as np
+import pytest
+
+import tinyattn as ta
+
+
+def pytest_collection_modifyitems(config, items):
+    if ta.cuda_is_available():
+        return
+    skip = pytest.mark.skip(reason="needs CuPy and an NVIDIA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _seeded():
+    ta.manual_seed(0)
+
+
+def randn(*shape, requires_grad=True, dtype="float64", seed=None):
+    """A float64 leaf tensor on the test device with standard normal entries."""
+    rng = np.random.default_rng(seed if seed is not None else hash(shape) % 2**32)
+    return ta.tensor(rng.standard_normal(shape).astype(dtype), requires_grad=requires_grad)
+
+
+def host(t):
+    return t.numpy() if isinstance(t, ta.Tensor) else np.asarray(t)

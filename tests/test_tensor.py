@@ -1,0 +1,171 @@
+"""The engine: tensors, the backward walk, graph freeing, accumulation, devices, dtypes."""
+import numpy as np
+import pytest
+
+import tinyattn as ta
+from tinyattn import Function
+from conftest import host, randn
+
+
+def test_tensor_dtypes_follow_pytorch():
+    assert ta.tensor([1.0, 2.0]).dtype == np.float32
+    assert ta.tensor(np.zeros(3)).dtype == np.float64          # a float64 array keeps float64
+    assert ta.tensor([1, 2]).dtype == np.int64
+    assert ta.tensor([1.0], dtype="float64").dtype == np.float64
+    assert ta.tensor([True]).dtype == np.bool_
+
+
+def test_attributes_and_host_copies():
+    t = ta.tensor([[1.0, 2.0, 3.0]], requires_grad=True)
+    assert t.shape == (1, 3) and t.size(1) == 3 and t.ndim == 2 and t.numel() == 3
+    assert t.device == ta.get_default_device()
+    copy = t.numpy()
+    copy[0, 0] = 99
+    assert t.numpy()[0, 0] == 1.0                              # numpy() is a copy
+    assert ta.tensor(5.0).item() == 5.0
+    with pytest.raises(ValueError, match="one element"):
+        t.item()
+    d = t.detach()
+    assert not d.requires_grad and d.is_leaf
+
+
+def test_requires_grad_needs_floats():
+    with pytest.raises(RuntimeError, match="int64"):
+        ta.tensor([1, 2], requires_grad=True)
+
+
+def test_backward_simple_and_reused_node():
+    x = ta.tensor([1.0, 2.0, 3.0], dtype="float64", requires_grad=True)
+    y = x * x          # used twice below: its gradient must accumulate from both uses
+    z = (y + y * 3).sum()
+    z.backward()
+    np.testing.assert_allclose(host(x.grad), 8 * host(x))
+
+
+def test_grads_accumulate_across_backward_calls_until_zeroed():
+    x = ta.tensor([1.0, 2.0], requires_grad=True)
+    (x * 2).sum().backward()
+    (x * 3).sum().backward()
+    np.testing.assert_allclose(host(x.grad), [5.0, 5.0])
+    x.grad = None
+    (x * 3).sum().backward()
+    np.testing.assert_allclose(host(x.grad), [3.0, 3.0])
+
+
+def test_second_backward_through_freed_graph_raises_unless_retained():
+    x = ta.tensor([1.0, 2.0], requires_grad=True)
+    y = (x.exp() * x).sum()
+    y.backward()
+    with pytest.raises(RuntimeError, match="second time.*retain_graph=True"):
+        y.backward()
+    z = (x.exp() * x).sum()
+    z.backward(retain_graph=True)
+    z.backward()                                               # allowed: the first kept the graph
+    assert np.isfinite(host(x.grad)).all()
+
+
+def test_long_chain_does_not_recurse():
+    x = ta.tensor([0.5], dtype="float64", requires_grad=True)
+    h = x
+    for _ in range(5000):
+        h = h * 1.0001 + 0.0
+    h.sum().backward()
+    np.testing.assert_allclose(host(x.grad), [1.0001 ** 5000], rtol=1e-9)
+
+
+def test_broadcast_gradients_are_reduced_to_input_shapes():
+    a = randn(4, 1, 3)
+    b = randn(5, 1)
+    (a * b).sum().backward()
+    assert a.grad.shape == (4, 1, 3) and b.grad.shape == (5, 1)
+    np.testing.assert_allclose(host(a.grad), np.broadcast_to(host(b).sum(), (4, 1, 3)) * np.ones((4, 1, 3)))
+    np.testing.assert_allclose(host(b.grad), np.full((5, 1), host(a).sum()))
+
+
+def test_no_grad_records_nothing_and_is_a_decorator():
+    x = ta.tensor([1.0], requires_grad=True)
+    with ta.no_grad():
+        y = x * 2
+    assert not y.requires_grad and y.grad_fn is None
+
+    @ta.no_grad()
+    def double(t):
+        return t * 2
+    assert not double(x).requires_grad
+    assert (x * 2).requires_grad                               # switched back on afterwards
+
+
+def test_retain_grad_keeps_intermediate_grad():
+    x = ta.tensor([1.0, 2.0], requires_grad=True)
+    y = (x * 3).retain_grad()
+    (y * y).sum().backward()
+    np.testing.assert_allclose(host(y.grad), 2 * host(y))
+
+
+def test_backward_needs_scalar_or_gradient():
+    x = ta.tensor([1.0, 2.0], requires_grad=True)
+    with pytest.raises(RuntimeError, match="one-element"):
+        (x * 2).backward()
+    (x * 2).backward(ta.tensor([1.0, 10.0]))
+    np.testing.assert_allclose(host(x.grad), [2.0, 20.0])
+
+
+def test_custom_function_with_ctx():
+    class Cube(Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x ** 3
+
+        @staticmethod
+        def backward(ctx, grad):
+            (x,) = ctx.saved_tensors
+            return 3 * x * x * grad
+
+    x = randn(3)
+    assert ta.gradcheck(Cube.apply, (x,))
+    y = Cube.apply(x)
+    assert y.grad_fn is Cube
+
+
+def test_manual_seed_makes_draws_reproducible():
+    ta.manual_seed(123)
+    a = ta.randn(5).numpy()
+    ta.manual_seed(123)
+    b = ta.randn(5).numpy()
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, ta.randn(5).numpy())
+
+
+def test_default_device_setting(monkeypatch):
+    ta.set_default_device("cpu")
+    try:
+        assert ta.zeros(2).device == "cpu"
+    finally:
+        ta.set_default_device(None)
+    with pytest.raises(ValueError, match="unknown device"):
+        ta.zeros(2, device="tpu")
+
+
+def test_repr_shows_grad_fn():
+    x = ta.tensor([1.0], requires_grad=True)
+    assert "requires_grad=True" in repr(x)
+    assert "grad_fn=<Mul>" in repr(x * 2)
+
+
+@pytest.mark.gpu
+def test_mixing_devices_names_both():
+    a = ta.ones(3, device="cpu")
+    b = ta.ones(3, device="cuda")
+    with pytest.raises(RuntimeError, match="cpu.*cuda|cuda.*cpu"):
+        a + b
+
+
+@pytest.mark.gpu
+def test_to_device_round_trip_is_differentiable():
+    x = ta.tensor([1.0, 2.0], device="cpu", requires_grad=True)
+    y = x.to("cuda")
+    assert y.device == "cuda"
+    (y * y).sum().backward()
+    assert x.grad.device == "cpu"
+    np.testing.assert_allclose(host(x.grad), [2.0, 4.0])

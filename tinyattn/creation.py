@@ -1,0 +1,98 @@
+"""Making tensors: from data, filled, ranges and random draws (seeded by tinyattn.manual_seed)."""
+import numpy
+
+from . import backend
+from .tensor import Tensor
+
+
+def _resolve(device):
+    return backend.check_device(device) if device is not None else backend.default_device()
+
+
+def _dtype(dtype, fallback=backend.float32):
+    return numpy.dtype(fallback if dtype is None else dtype)
+
+
+def tensor(data, requires_grad=False, dtype=None, device=None):
+    """A new leaf tensor holding a copy of data (nested lists, numbers, NumPy or CuPy arrays, a Tensor).
+
+    Python floats become float32; NumPy arrays keep their dtype (float64 stays float64), as in PyTorch.
+    """
+    if isinstance(data, Tensor):
+        data = data.data
+    if backend.is_cupy_array(data):
+        device = device or "cuda"
+        array = data.astype(dtype) if dtype is not None else data.copy()
+    else:
+        from_python = not isinstance(data, (numpy.ndarray, numpy.generic))
+        array = numpy.array(data, dtype=dtype)
+        if dtype is None and from_python and array.dtype == numpy.float64:
+            array = array.astype(numpy.float32)
+    array = backend.to_device(array, _resolve(device))
+    return Tensor(array, requires_grad=requires_grad)
+
+
+def as_tensor(data, dtype=None, device=None):
+    return data if isinstance(data, Tensor) and dtype is None and device is None else tensor(data, dtype=dtype,
+                                                                                              device=device)
+
+
+def _shape(size):
+    return tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list)) else tuple(size)
+
+
+def zeros(*size, dtype=None, device=None, requires_grad=False):
+    return Tensor(backend.xp_for(_resolve(device)).zeros(_shape(size), dtype=_dtype(dtype)), requires_grad)
+
+
+def ones(*size, dtype=None, device=None, requires_grad=False):
+    return Tensor(backend.xp_for(_resolve(device)).ones(_shape(size), dtype=_dtype(dtype)), requires_grad)
+
+
+def full(size, fill_value, dtype=None, device=None, requires_grad=False):
+    xp = backend.xp_for(_resolve(device))
+    return Tensor(xp.full(tuple(size), fill_value, dtype=_dtype(dtype)), requires_grad)
+
+
+def zeros_like(t, dtype=None):
+    return Tensor(backend.xp_of(t.data).zeros(t.shape, dtype=dtype or t.dtype))
+
+
+def ones_like(t, dtype=None):
+    return Tensor(backend.xp_of(t.data).ones(t.shape, dtype=dtype or t.dtype))
+
+
+def arange(start, end=None, step=1, dtype=None, device=None):
+    """Integers from start up to end (int64), or floats when any bound is a float, as torch.arange."""
+    if end is None:
+        start, end = 0, start
+    is_float = any(isinstance(v, float) for v in (start, end, step))
+    fallback = backend.float32 if is_float else backend.int64
+    return Tensor(backend.xp_for(_resolve(device)).arange(start, end, step, dtype=_dtype(dtype, fallback)))
+
+
+def eye(n, m=None, dtype=None, device=None):
+    return Tensor(backend.xp_for(_resolve(device)).eye(n, m, dtype=_dtype(dtype)))
+
+
+def randn(*size, dtype=None, device=None, requires_grad=False):
+    device = _resolve(device)
+    array = backend.generator(device).standard_normal(_shape(size), dtype=_dtype(dtype))
+    return Tensor(array, requires_grad)
+
+
+def rand(*size, dtype=None, device=None, requires_grad=False):
+    device = _resolve(device)
+    return Tensor(backend.generator(device).random(_shape(size), dtype=_dtype(dtype)), requires_grad)
+
+
+def randint(low, high=None, size=(), dtype=None, device=None):
+    if high is None:
+        low, high = 0, low
+    device = _resolve(device)
+    array = backend.generator(device).integers(low, high, size=tuple(size))
+    return Tensor(array.astype(_dtype(dtype, backend.int64)))
+
+
+def randperm(n, device=None):
+    return Tensor(backend.generator(_resolve(device)).permutation(n).astype(backend.int64))

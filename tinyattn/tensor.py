@@ -1,0 +1,301 @@
+"""The autograd engine: Tensor, Function, the context a Function saves into, and the backward walk.
+
+A Tensor wraps one backend array (numpy or cupy). Calling a Function on Tensors runs its ``forward`` on the raw
+arrays and, when a gradient is wanted, records a Node: which Function ran, its context, and its inputs.
+``Tensor.backward`` then walks those nodes from the output back to the leaves, in topological order, without
+recursion. Operators and methods such as ``a + b`` or ``x.sum(dim=1)`` are attached by ``tinyattn.ops``.
+"""
+import contextlib
+
+from . import backend
+
+_grad_enabled = True
+
+
+def is_grad_enabled():
+    return _grad_enabled
+
+
+class _GradMode(contextlib.ContextDecorator):
+    """Context manager and decorator that switches graph recording off (no_grad) or on (enable_grad)."""
+
+    def __init__(self, enabled):
+        self.enabled = enabled
+
+    def __enter__(self):
+        global _grad_enabled
+        self.previous, _grad_enabled = _grad_enabled, self.enabled
+
+    def __exit__(self, *exc):
+        global _grad_enabled
+        _grad_enabled = self.previous
+
+
+def no_grad():
+    return _GradMode(False)
+
+
+def enable_grad():
+    return _GradMode(True)
+
+
+class Context:
+    """What a Function's forward leaves for its backward (``ctx`` in both)."""
+
+    def __init__(self, needs_input_grad):
+        self.needs_input_grad = needs_input_grad
+        self._saved = ()
+
+    def save_for_backward(self, *arrays):
+        self._saved = arrays
+
+    @property
+    def saved_tensors(self):
+        return self._saved
+
+
+class Node:
+    """One recorded Function call: the backward step that leads from its output to its inputs."""
+
+    __slots__ = ("function", "ctx", "inputs", "input_shapes")
+
+    def __init__(self, function, ctx, inputs):
+        self.function = function
+        self.ctx = ctx
+        self.inputs = inputs  # a Tensor or None per positional argument of forward
+        self.input_shapes = [None if t is None else t.shape for t in inputs]
+
+
+def _is_float(dtype):
+    return dtype.kind == "f"
+
+
+class Tensor:
+    """An n-dimensional array on a device, with an optional gradient."""
+
+    __array_priority__ = 1000  # numpy_array + tensor defers to Tensor.__radd__
+
+    def __init__(self, data, requires_grad=False):
+        self.data = data
+        self.grad = None
+        self._node = None
+        self._retains_grad = False
+        self.requires_grad = requires_grad
+
+    # -- attributes ---------------------------------------------------------------------------
+    @property
+    def requires_grad(self):
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, flag):
+        if flag and not _is_float(self.data.dtype):
+            raise RuntimeError(f"only floating-point tensors can require gradients, got dtype {self.data.dtype}")
+        self._requires_grad = bool(flag)
+
+    def requires_grad_(self, flag=True):
+        self.requires_grad = flag
+        return self
+
+    @property
+    def shape(self):
+        return tuple(self.data.shape)
+
+    @property
+    def dtype(self):
+        return self.data.dtype
+
+    @property
+    def device(self):
+        return backend.device_of(self.data)
+
+    @property
+    def ndim(self):
+        return self.data.ndim
+
+    @property
+    def is_leaf(self):
+        return self._node is None
+
+    @property
+    def grad_fn(self):
+        return None if self._node is None else self._node.function
+
+    def dim(self):
+        return self.data.ndim
+
+    def size(self, dim=None):
+        return self.shape if dim is None else self.shape[dim]
+
+    def numel(self):
+        return int(self.data.size)
+
+    def __len__(self):
+        return self.shape[0]
+
+    def __repr__(self):
+        body = repr(self.numpy()).replace("array", "tensor", 1)
+        extras = [f"device='{self.device}'"] if self.device != "cpu" else []
+        if self._node is not None:
+            extras.append(f"grad_fn=<{self._node.function.__name__}>")
+        elif self.requires_grad:
+            extras.append("requires_grad=True")
+        return body[:-1] + "".join(", " + e for e in extras) + ")" if extras else body
+
+    # -- leaving the graph or the device ------------------------------------------------------
+    def numpy(self):
+        """A host NumPy copy of the data (transfers from the GPU)."""
+        return backend.to_host(self.data).copy()
+
+    def item(self):
+        if self.data.size != 1:
+            raise ValueError(f"item() needs a tensor with one element, got shape {self.shape}")
+        return self.data.reshape(()).item()
+
+    def tolist(self):
+        return backend.to_host(self.data).tolist()
+
+    def detach(self):
+        """The same data, cut from the graph."""
+        return Tensor(self.data)
+
+    def retain_grad(self):
+        """Keep .grad on this non-leaf tensor after backward (leaves always keep theirs)."""
+        self._retains_grad = True
+        return self
+
+    # -- the backward walk --------------------------------------------------------------------
+    def backward(self, gradient=None, retain_graph=False):
+        """Accumulate d(self)/d(leaf) into the .grad of every leaf that requires grad."""
+        if not self.requires_grad:
+            raise RuntimeError("backward() on a tensor that does not require grad (and has no grad_fn)")
+        if gradient is None:
+            if self.data.size != 1:
+                raise RuntimeError(f"backward() without a gradient needs a one-element output, got shape {self.shape}")
+            gradient = backend.xp_of(self.data).ones_like(self.data)
+        else:
+            gradient = gradient.data if isinstance(gradient, Tensor) else gradient
+            if tuple(gradient.shape) != self.shape:
+                raise RuntimeError(f"gradient shape {tuple(gradient.shape)} does not match output shape {self.shape}")
+
+        pending = {id(self): gradient}  # gradients not yet passed on, by tensor
+        for tensor in reversed(_topological_order(self)):
+            grad = pending.pop(id(tensor), None)
+            if grad is None:
+                continue
+            if tensor._node is None or tensor._retains_grad:
+                tensor._accumulate_grad(grad)
+            node = tensor._node
+            if node is None:
+                continue
+            if node.ctx is None:
+                raise RuntimeError(
+                    f"trying to backward through {node.function.__name__} a second time: its saved arrays were "
+                    "freed by the first backward. Pass retain_graph=True to the first backward to keep them.")
+            input_grads = node.function.backward(node.ctx, grad)
+            if not isinstance(input_grads, tuple):
+                input_grads = (input_grads,)
+            if len(input_grads) != len(node.inputs):
+                raise RuntimeError(f"{node.function.__name__}.backward returned {len(input_grads)} gradients "
+                                   f"for {len(node.inputs)} inputs")
+            for parent, parent_grad, shape in zip(node.inputs, input_grads, node.input_shapes):
+                if parent is None or parent_grad is None or not parent.requires_grad:
+                    continue
+                parent_grad = _sum_to_shape(parent_grad, shape, node.function)
+                key = id(parent)
+                # Out of place: a backward may hand the same array to several inputs.
+                pending[key] = parent_grad if key not in pending else pending[key] + parent_grad
+            if not retain_graph:
+                node.ctx = None
+
+    def _accumulate_grad(self, grad):
+        if self.grad is None:
+            self.grad = Tensor(grad.copy())  # a copy: optimisers may change .grad in place
+        else:
+            self.grad.data = self.grad.data + grad
+
+
+def _topological_order(root):
+    """Tensors that lead to root, each after all of its inputs (iterative depth-first search)."""
+    order, expanded = [], set()
+    stack = [(root, False)]
+    while stack:
+        tensor, inputs_done = stack.pop()
+        if inputs_done:
+            order.append(tensor)
+            continue
+        # Mark on expansion, not on push: a tensor reached again later must still finish before its consumers.
+        if id(tensor) in expanded:
+            continue
+        expanded.add(id(tensor))
+        stack.append((tensor, True))
+        if tensor._node is not None:
+            for parent in tensor._node.inputs:
+                if parent is not None and parent.requires_grad and id(parent) not in expanded:
+                    stack.append((parent, False))
+    return order
+
+
+def _sum_to_shape(grad, shape, function):
+    """Reduce a broadcast gradient back to the shape of the input it belongs to (the one place this happens)."""
+    if tuple(grad.shape) == shape:
+        return grad
+    extra = grad.ndim - len(shape)
+    if extra < 0:
+        raise RuntimeError(f"{function.__name__}.backward returned a gradient of shape {tuple(grad.shape)} "
+                           f"for an input of shape {shape}")
+    axes = tuple(range(extra)) + tuple(extra + i for i, size in enumerate(shape)
+                                       if size == 1 and grad.shape[extra + i] != 1)
+    if axes:
+        grad = grad.sum(axis=axes, keepdims=True)
+    try:
+        return grad.reshape(shape)
+    except ValueError:
+        raise RuntimeError(f"{function.__name__}.backward returned a gradient of shape {tuple(grad.shape)} that "
+                           f"does not broadcast to its input's shape {shape}") from None
+
+
+class Function:
+    """An operation with a hand-written backward, in the style of torch.autograd.Function.
+
+    Subclasses define static ``forward(ctx, *args, **kwargs)`` and ``backward(ctx, grad)`` on raw backend arrays.
+    ``backward`` returns one gradient per positional argument of ``forward`` (None where there is none); gradients
+    may keep broadcast shapes, the engine sums them back to each input's shape.
+    """
+
+    @staticmethod
+    def forward(ctx, *args, **kwargs):
+        raise NotImplementedError
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise NotImplementedError
+
+    @classmethod
+    def apply(cls, *args, **kwargs):
+        tensors = [a for a in args if isinstance(a, Tensor)]
+        devices = {t.device for t in tensors}
+        if len(devices) > 1:
+            raise RuntimeError(f"{cls.__name__} got tensors on different devices: "
+                               + ", ".join(f"{t.device} {t.shape}" for t in tensors))
+        ctx = Context(tuple(isinstance(a, Tensor) and a.requires_grad for a in args))
+        arrays = [a.data if isinstance(a, Tensor) else a for a in args]
+        output = cls.forward(ctx, *arrays, **kwargs)
+        track = _grad_enabled and any(ctx.needs_input_grad)
+        result = Tensor(output, requires_grad=track and _is_float(output.dtype))
+        if result.requires_grad:
+            result._node = Node(cls, ctx, [a if isinstance(a, Tensor) else None for a in args])
+        return result
+
+
+def as_tensor_like(value, like):
+    """A Python number or array as a constant Tensor on the device (and, for numbers, dtype) of ``like``."""
+    if isinstance(value, Tensor):
+        return value
+    xp = backend.xp_of(like.data)
+    if isinstance(value, (int, float, bool)):
+        dtype = like.dtype if _is_float(like.dtype) or isinstance(value, (int, bool)) else backend.numpy.float32
+        return Tensor(xp.asarray(value, dtype=dtype))
+    if backend.device_of(value) != like.device:
+        raise RuntimeError(f"cannot combine a {backend.device_of(value)} array with a {like.device} tensor")
+    return Tensor(xp.asarray(value))
