@@ -12,5 +12,7 @@ from .tensor import Function, Tensor, enable_grad, is_grad_enabled, no_grad
 from . import functional
 from .functional import softmax, log_softmax
 from .gradcheck import GradcheckError, gradcheck
+from . import nn, optim
+from .serialization import CheckpointError, load, save
 
 __version__ = "0.1.0"

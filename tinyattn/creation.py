@@ -95,4 +95,10 @@ def randint(low, high=None, size=(), dtype=None, device=None):
 
 
 def randperm(n, device=None):
-    return Tensor(backend.generator(_resolve(device)).permutation(n).astype(backend.int64))
+    device = _resolve(device)
+    return Tensor(backend.xp_for(device).argsort(backend.generator(device).random(n)).astype(backend.int64))
+
+
+def empty_parameter_data(shape, dtype=None, device=None):
+    """An uninitialised array for a new parameter, on the default device, float32 unless told otherwise."""
+    return backend.xp_for(_resolve(device)).empty(tuple(shape), dtype=_dtype(dtype))

@@ -352,6 +352,62 @@ def dropout(input, p=0.5, training=True):
     return Dropout.apply(input, _keep_mask(input.shape, p, input.data), 1.0 / (1.0 - p))
 
 
+def _pair(v):
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+class Conv2d(Function):
+    """2-D convolution as im2col + one matmul: every kernel offset contributes a strided slice of the input."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, stride, padding):
+        xp = xp_of(x)
+        (sh, sw), (ph, pw) = stride, padding
+        batch, channels, height, width = x.shape
+        out_ch, _, kh, kw = weight.shape
+        padded = xp.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+        out_h, out_w = (height + 2 * ph - kh) // sh + 1, (width + 2 * pw - kw) // sw + 1
+        # cols[b, c, i, j, y, x] = padded[b, c, y * sh + i, x * sw + j]
+        cols = xp.empty((batch, channels, kh, kw, out_h, out_w), dtype=x.dtype)
+        for i in range(kh):
+            for j in range(kw):
+                cols[:, :, i, j] = padded[:, :, i:i + sh * out_h:sh, j:j + sw * out_w:sw]
+        cols = cols.reshape(batch, channels * kh * kw, out_h * out_w)
+        out = weight.reshape(out_ch, -1) @ cols
+        if bias is not None:
+            out = out + bias[:, None]
+        ctx.save_for_backward(cols, weight)
+        ctx.geometry = (x.shape, padded.shape, stride, padding, out_h, out_w)
+        return out.reshape(batch, out_ch, out_h, out_w)
+
+    @staticmethod
+    def backward(ctx, grad):
+        cols, weight = ctx.saved_tensors
+        xp = xp_of(grad)
+        x_shape, padded_shape, (sh, sw), (ph, pw), out_h, out_w = ctx.geometry
+        out_ch, channels, kh, kw = weight.shape
+        g = grad.reshape(grad.shape[0], out_ch, out_h * out_w)
+        grad_w = (g @ xp.swapaxes(cols, 1, 2)).sum(axis=0).reshape(weight.shape)
+        grad_b = g.sum(axis=(0, 2)) if ctx.needs_input_grad[2] else None
+        grad_x = None
+        if ctx.needs_input_grad[0]:
+            grad_cols = (weight.reshape(out_ch, -1).T @ g).reshape(x_shape[0], channels, kh, kw, out_h, out_w)
+            grad_padded = xp.zeros(padded_shape, dtype=grad.dtype)
+            for i in range(kh):
+                for j in range(kw):  # overlapping windows add up
+                    grad_padded[:, :, i:i + sh * out_h:sh, j:j + sw * out_w:sw] += grad_cols[:, :, i, j]
+            grad_x = grad_padded[:, :, ph:ph + x_shape[2], pw:pw + x_shape[3]]
+        return grad_x, grad_w, grad_b, None, None
+
+
+def conv2d(input, weight, bias=None, stride=1, padding=0):
+    """input (B, C, H, W), weight (O, C, kh, kw) -> (B, O, H', W'), as torch.nn.functional.conv2d."""
+    if input.ndim != 4 or weight.ndim != 4 or input.shape[1] != weight.shape[1]:
+        raise ValueError(f"conv2d needs input (B, C, H, W) and weight (O, C, kh, kw) with equal C, got "
+                         f"{input.shape} and {weight.shape}")
+    return Conv2d.apply(input, weight, bias, _pair(stride), _pair(padding))
+
+
 # -- naive scaled dot-product attention ---------------------------------------------------------------
 def _grouped(q, k, v, mask, enable_gqa):
     """Views that let Hq query heads share Hkv key/value heads without copying K and V.

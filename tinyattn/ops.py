@@ -513,6 +513,22 @@ class RepeatInterleave(Function):
         return grad.reshape(split).sum(axis=d + 1), None, None
 
 
+class IndexAdd(Function):
+    """out = x, then out[index[i]] += source[i] along dim 0; repeated indices add up (torch.index_add)."""
+
+    @staticmethod
+    def forward(ctx, x, index, source):
+        ctx.save_for_backward(index)
+        out = x.copy()
+        scatter_add(out, index, source)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        (index,) = ctx.saved_tensors
+        return grad, None, grad[index]
+
+
 class Tril(Function):
     """Keep the lower triangle (j <= i + diagonal) of the last two dims; upper=True keeps the upper one."""
 
@@ -776,6 +792,13 @@ def chunk(x, chunks, dim=0):
     return split(x, -(-x.shape[dim] // chunks), dim)
 
 
+def index_add(x, dim, index, source):
+    """x with source's rows added at index along dim 0 (the only dim supported), differentiable in x and source."""
+    if dim != 0:
+        raise ValueError("index_add supports dim=0")
+    return IndexAdd.apply(x, index.data if isinstance(index, Tensor) else index, source)
+
+
 def tril(x, diagonal=0):
     return Tril.apply(x, diagonal, upper=False)
 
@@ -828,7 +851,7 @@ def _install_methods():
         "reshape": reshape, "view": reshape, "permute": permute, "transpose": transpose,
         "unsqueeze": unsqueeze, "squeeze": squeeze, "flatten": flatten, "expand": expand,
         "contiguous": contiguous, "masked_fill": masked_fill, "repeat_interleave": repeat_interleave,
-        "split": split, "chunk": chunk, "tril": tril, "triu": triu, "to": to,
+        "split": split, "chunk": chunk, "index_add": index_add, "tril": tril, "triu": triu, "to": to,
         "float": lambda self: to(self, "float32"), "double": lambda self: to(self, "float64"),
         "long": lambda self: Tensor(self.data.astype("int64")), "bool": lambda self: Tensor(self.data.astype(bool)),
         "cpu": lambda self: to(self, "cpu"), "cuda": lambda self: to(self, "cuda"),

@@ -1,0 +1,281 @@
+"""Module, Parameter and the containers, as in torch.nn.
+
+Assigning a Parameter or a Module to an attribute registers it, so parameters(), state_dict() and to() find
+everything without a list kept by hand.
+"""
+from collections import OrderedDict
+
+from .. import backend
+from ..tensor import Tensor
+
+
+class Parameter(Tensor):
+    """A Tensor that is a module's learnable weight: requires grad by default and is registered on assignment."""
+
+    def __init__(self, data, requires_grad=True):
+        super().__init__(data.data if isinstance(data, Tensor) else data, requires_grad=requires_grad)
+
+    def __repr__(self):
+        return "Parameter containing:\n" + super().__repr__()
+
+
+class Module:
+    def __init__(self):
+        object.__setattr__(self, "_parameters", OrderedDict())
+        object.__setattr__(self, "_modules", OrderedDict())
+        object.__setattr__(self, "_buffers", OrderedDict())
+        object.__setattr__(self, "_non_persistent", set())
+        object.__setattr__(self, "training", True)
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(f"{type(self).__name__} has no forward()")
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    # -- registration -------------------------------------------------------------------------
+    def __setattr__(self, name, value):
+        if "_parameters" not in self.__dict__:
+            raise AttributeError(f"{type(self).__name__}.__init__ must call super().__init__() before assigning "
+                                 f"{name!r}")
+        if name in self._buffers and not isinstance(value, (Parameter, Module)):
+            self._buffers[name] = value
+            return
+        for registry in (self._parameters, self._modules, self._buffers):
+            registry.pop(name, None)
+        if isinstance(value, Parameter):
+            self._parameters[name] = value
+        elif isinstance(value, Module):
+            self._modules[name] = value
+        else:
+            object.__setattr__(self, name, value)
+            return
+        self.__dict__.pop(name, None)
+
+    def __getattr__(self, name):
+        for registry in ("_parameters", "_modules", "_buffers"):
+            table = self.__dict__.get(registry)
+            if table is not None and name in table:
+                return table[name]
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+
+    def __delattr__(self, name):
+        for registry in (self._parameters, self._modules, self._buffers):
+            if name in registry:
+                del registry[name]
+                return
+        object.__delattr__(self, name)
+
+    def register_buffer(self, name, tensor, persistent=True):
+        """A tensor that belongs to the module's state (moved by to(), saved if persistent) but is not learned."""
+        self._buffers[name] = tensor
+        if not persistent:
+            self._non_persistent.add(name)
+
+    def register_parameter(self, name, param):
+        if param is None:
+            self._parameters.pop(name, None)
+            object.__setattr__(self, name, None)
+        else:
+            self._parameters[name] = param
+
+    # -- walking the tree ---------------------------------------------------------------------
+    def named_modules(self, prefix=""):
+        yield prefix, self
+        for name, child in self._modules.items():
+            yield from child.named_modules(f"{prefix}.{name}" if prefix else name)
+
+    def modules(self):
+        return (m for _, m in self.named_modules())
+
+    def named_children(self):
+        return iter(self._modules.items())
+
+    def children(self):
+        return iter(self._modules.values())
+
+    def named_parameters(self, prefix="", recurse=True):
+        seen = set()
+        modules = self.named_modules(prefix) if recurse else [(prefix, self)]
+        for module_name, module in modules:
+            for name, p in module._parameters.items():
+                if p is not None and id(p) not in seen:  # a tied weight is listed once
+                    seen.add(id(p))
+                    yield (f"{module_name}.{name}" if module_name else name), p
+
+    def parameters(self, recurse=True):
+        return (p for _, p in self.named_parameters(recurse=recurse))
+
+    def named_buffers(self, prefix=""):
+        for module_name, module in self.named_modules(prefix):
+            for name, b in module._buffers.items():
+                if b is not None:
+                    yield (f"{module_name}.{name}" if module_name else name), b
+
+    def buffers(self):
+        return (b for _, b in self.named_buffers())
+
+    def num_parameters(self, trainable_only=False):
+        return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
+
+    def apply(self, fn):
+        for module in self.modules():
+            fn(module)
+        return self
+
+    # -- modes, gradients, devices ------------------------------------------------------------
+    def train(self, mode=True):
+        for module in self.modules():
+            object.__setattr__(module, "training", mode)
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def zero_grad(self, set_to_none=True):
+        for p in self.parameters():
+            if set_to_none or p.grad is None:
+                p.grad = None
+            else:
+                p.grad.data[...] = 0
+
+    def requires_grad_(self, flag=True):
+        for p in self.parameters():
+            p.requires_grad = flag
+        return self
+
+    def to(self, *args, dtype=None, device=None):
+        """Move (and/or cast) every parameter and buffer in place: module.to("cuda"), module.to("float64")."""
+        for arg in args:
+            if isinstance(arg, str) and arg.split(":")[0] in backend.DEVICES:
+                device = arg
+            else:
+                dtype = arg
+
+        def convert(array, floating_only):
+            if device is not None:
+                array = backend.to_device(array, device)
+            if dtype is not None and (array.dtype.kind == "f" or not floating_only):
+                array = array.astype(dtype)
+            return array
+
+        for module in self.modules():
+            for p in module._parameters.values():
+                if p is not None:
+                    p.data = convert(p.data, True)
+                    if p.grad is not None:
+                        p.grad.data = convert(p.grad.data, True)
+            for name, b in module._buffers.items():
+                if b is not None:
+                    module._buffers[name] = Tensor(convert(b.data, True))
+        return self
+
+    def double(self):
+        return self.to(dtype=backend.float64)
+
+    def float(self):
+        return self.to(dtype=backend.float32)
+
+    def cuda(self):
+        return self.to("cuda")
+
+    def cpu(self):
+        return self.to("cpu")
+
+    # -- state --------------------------------------------------------------------------------
+    def state_dict(self):
+        """Name -> detached tensor, for every parameter and persistent buffer (tied weights appear once per name)."""
+        state = OrderedDict()
+        for module_name, module in self.named_modules():
+            prefix = f"{module_name}." if module_name else ""
+            for name, p in module._parameters.items():
+                if p is not None:
+                    state[prefix + name] = p.detach()
+            for name, b in module._buffers.items():
+                if b is not None and name not in module._non_persistent:
+                    state[prefix + name] = b.detach()
+        return state
+
+    def load_state_dict(self, state_dict, strict=True):
+        """Copy values in place; with strict, every missing key, unexpected key and shape mismatch is named."""
+        own = self.state_dict()
+        missing = [k for k in own if k not in state_dict]
+        unexpected = [k for k in state_dict if k not in own]
+        mismatched = [f"{k}: checkpoint {tuple(state_dict[k].shape)} vs model {own[k].shape}"
+                      for k in own if k in state_dict and tuple(state_dict[k].shape) != own[k].shape]
+        problems = []
+        if mismatched:
+            problems.append("shape mismatch for " + "; ".join(mismatched))
+        if strict and missing:
+            problems.append("missing keys: " + ", ".join(missing))
+        if strict and unexpected:
+            problems.append("unexpected keys: " + ", ".join(unexpected))
+        if problems:
+            raise RuntimeError(f"error loading state_dict into {type(self).__name__}: " + " | ".join(problems))
+        targets = dict(self._state_targets())
+        for key, value in state_dict.items():
+            if key in targets:
+                target = targets[key]
+                data = value.data if isinstance(value, Tensor) else value
+                target.data = backend.to_device(backend.xp_of(data).asarray(data, dtype=target.dtype),
+                                                target.device).copy()
+        return missing, unexpected
+
+    def _state_targets(self):
+        for module_name, module in self.named_modules():
+            prefix = f"{module_name}." if module_name else ""
+            for name, t in list(module._parameters.items()) + list(module._buffers.items()):
+                if t is not None:
+                    yield prefix + name, t
+
+    # -- printing -----------------------------------------------------------------------------
+    def extra_repr(self):
+        return ""
+
+    def __repr__(self):
+        lines = [f"({name}): " + repr(child).replace("\n", "\n  ") for name, child in self._modules.items()]
+        head = f"{type(self).__name__}({self.extra_repr()}"
+        if not lines:
+            return head + ")"
+        return head + "\n  " + "\n  ".join(lines) + "\n)"
+
+
+class Sequential(Module):
+    def __init__(self, *modules):
+        super().__init__()
+        for i, module in enumerate(modules):
+            setattr(self, str(i), module)
+
+    def __getitem__(self, i):
+        return list(self._modules.values())[i]
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def forward(self, x):
+        for module in self._modules.values():
+            x = module(x)
+        return x
+
+
+class ModuleList(Module):
+    def __init__(self, modules=()):
+        super().__init__()
+        for module in modules:
+            self.append(module)
+
+    def append(self, module):
+        setattr(self, str(len(self._modules)), module)
+        return self
+
+    def __getitem__(self, i):
+        return list(self._modules.values())[i]
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())

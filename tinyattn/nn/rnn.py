@@ -1,0 +1,196 @@
+"""Recurrent cells and layers with PyTorch's parameter names, layouts and gate order.
+
+weight_ih is (G*H, input_size) and weight_hh is (G*H, hidden_size), with the G gates stacked in PyTorch's order:
+GRU r, z, n; LSTM i, f, g, o. Weights copied from PyTorch therefore give the same outputs.
+The sequence layers project the whole input sequence in one matmul and loop in Python only over time steps.
+"""
+from .. import functional as F
+from .. import ops
+from ..creation import zeros
+from ..tensor import Tensor
+from .module import Module, Parameter
+from .layers import _parameter
+from . import init
+
+GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+
+
+def rnn_step(x_proj, h, w_hh, b_hh, nonlinearity="tanh"):
+    """h' = act(x W_ih^T + b_ih + h W_hh^T + b_hh), given x_proj = x W_ih^T + b_ih."""
+    pre = x_proj + F.linear(h, w_hh, b_hh)
+    return ops.tanh(pre) if nonlinearity == "tanh" else ops.relu(pre)
+
+
+def gru_step(x_proj, h, w_hh, b_hh):
+    """r = s(x_r + h_r), z = s(x_z + h_z), n = tanh(x_n + r * h_n), h' = (1 - z) n + z h."""
+    x_r, x_z, x_n = x_proj.chunk(3, dim=-1)
+    h_r, h_z, h_n = F.linear(h, w_hh, b_hh).chunk(3, dim=-1)
+    r = ops.sigmoid(x_r + h_r)
+    z = ops.sigmoid(x_z + h_z)
+    n = ops.tanh(x_n + r * h_n)
+    return n + z * (h - n)
+
+
+def lstm_step(x_proj, state, w_hh, b_hh):
+    """i, f, o = s(.), g = tanh(.), c' = f c + i g, h' = o tanh(c'). Returns (h', c')."""
+    h, c = state
+    i, f, g, o = (x_proj + F.linear(h, w_hh, b_hh)).chunk(4, dim=-1)
+    c = ops.sigmoid(f) * c + ops.sigmoid(i) * ops.tanh(g)
+    return ops.sigmoid(o) * ops.tanh(c), c
+
+
+def _init_weights(module, names, hidden_size):
+    for name in names:
+        init.default_uniform_(getattr(module, name), hidden_size)
+
+
+class _Cell(Module):
+    kind = "RNN"
+
+    def __init__(self, input_size, hidden_size, bias=True):
+        super().__init__()
+        gates = GATES[self.kind] * hidden_size
+        self.input_size, self.hidden_size = input_size, hidden_size
+        self.weight_ih = _parameter(gates, input_size)
+        self.weight_hh = _parameter(gates, hidden_size)
+        self.bias_ih = _parameter(gates) if bias else None
+        self.bias_hh = _parameter(gates) if bias else None
+        _init_weights(self, [n for n, _ in self.named_parameters()], hidden_size)
+
+    def _prepare(self, x, hx):
+        """Unbatched input (input_size,) is treated as a batch of one, as in PyTorch."""
+        if x.shape[-1] != self.input_size:
+            raise ValueError(f"{type(self).__name__} expects input of size {self.input_size}, got shape {x.shape}")
+        batched = x.ndim == 2
+        x = x if batched else x.unsqueeze(0)
+        zero = zeros(x.shape[0], self.hidden_size, dtype=x.dtype, device=x.device)
+        return x, batched, zero
+
+    def extra_repr(self):
+        return f"{self.input_size}, {self.hidden_size}"
+
+
+class RNNCell(_Cell):
+    def __init__(self, input_size, hidden_size, bias=True, nonlinearity="tanh"):
+        super().__init__(input_size, hidden_size, bias)
+        self.nonlinearity = nonlinearity
+
+    def forward(self, x, hx=None):
+        x, batched, zero = self._prepare(x, hx)
+        h = zero if hx is None else (hx if batched else hx.unsqueeze(0))
+        h = rnn_step(F.linear(x, self.weight_ih, self.bias_ih), h, self.weight_hh, self.bias_hh, self.nonlinearity)
+        return h if batched else h.squeeze(0)
+
+
+class GRUCell(_Cell):
+    kind = "GRU"
+
+    def forward(self, x, hx=None):
+        x, batched, zero = self._prepare(x, hx)
+        h = zero if hx is None else (hx if batched else hx.unsqueeze(0))
+        h = gru_step(F.linear(x, self.weight_ih, self.bias_ih), h, self.weight_hh, self.bias_hh)
+        return h if batched else h.squeeze(0)
+
+
+class LSTMCell(_Cell):
+    kind = "LSTM"
+
+    def forward(self, x, hx=None):
+        x, batched, zero = self._prepare(x, hx)
+        h, c = (zero, zero) if hx is None else (hx if batched else tuple(t.unsqueeze(0) for t in hx))
+        h, c = lstm_step(F.linear(x, self.weight_ih, self.bias_ih), (h, c), self.weight_hh, self.bias_hh)
+        return (h, c) if batched else (h.squeeze(0), c.squeeze(0))
+
+
+class _Recurrent(Module):
+    """A stack of recurrent layers over a whole sequence: nn.RNN / nn.GRU / nn.LSTM."""
+
+    kind = "RNN"
+
+    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0,
+                 bidirectional=False, nonlinearity="tanh"):
+        super().__init__()
+        self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
+        self.batch_first, self.dropout, self.bidirectional = batch_first, dropout, bidirectional
+        self.nonlinearity = nonlinearity
+        directions = 2 if bidirectional else 1
+        gates = GATES[self.kind] * hidden_size
+        for layer in range(num_layers):
+            layer_input = input_size if layer == 0 else hidden_size * directions
+            for suffix in ("", "_reverse")[:directions]:
+                setattr(self, f"weight_ih_l{layer}{suffix}", _parameter(gates, layer_input))
+                setattr(self, f"weight_hh_l{layer}{suffix}", _parameter(gates, hidden_size))
+                if bias:
+                    setattr(self, f"bias_ih_l{layer}{suffix}", _parameter(gates))
+                    setattr(self, f"bias_hh_l{layer}{suffix}", _parameter(gates))
+        _init_weights(self, [n for n, _ in self.named_parameters()], hidden_size)
+
+    def _weights(self, layer, suffix):
+        get = lambda name: self._parameters.get(f"{name}_l{layer}{suffix}")
+        return get("weight_ih"), get("weight_hh"), get("bias_ih"), get("bias_hh")
+
+    def _run_direction(self, x, state, layer, suffix):
+        """One layer in one direction over x (B, T, In); returns outputs (B, T, H) and the final state."""
+        w_ih, w_hh, b_ih, b_hh = self._weights(layer, suffix)
+        projected = F.linear(x, w_ih, b_ih)                   # every time step's input projection at once
+        steps = range(x.shape[1] - 1, -1, -1) if suffix else range(x.shape[1])
+        outputs = [None] * x.shape[1]
+        for t in steps:
+            state = self._step(projected[:, t], state, w_hh, b_hh)
+            outputs[t] = state[0] if self.kind == "LSTM" else state
+        return ops.stack(outputs, dim=1), state
+
+    def _step(self, x_proj, state, w_hh, b_hh):
+        if self.kind == "GRU":
+            return gru_step(x_proj, state, w_hh, b_hh)
+        if self.kind == "LSTM":
+            return lstm_step(x_proj, state, w_hh, b_hh)
+        return rnn_step(x_proj, state, w_hh, b_hh, self.nonlinearity)
+
+    def forward(self, x, hx=None):
+        """x (B, T, In) if batch_first else (T, B, In). Returns (output, h_n), h_n of shape (layers*dirs, B, H);
+        for LSTM, hx and the second result are (h, c) pairs."""
+        if x.ndim != 3 or x.shape[-1] != self.input_size:
+            raise ValueError(f"{type(self).__name__} expects a 3-D input with last dim {self.input_size}, "
+                             f"got shape {x.shape}")
+        if not self.batch_first:
+            x = x.transpose(0, 1)
+        directions = 2 if self.bidirectional else 1
+        zero = zeros(self.num_layers * directions, x.shape[0], self.hidden_size, dtype=x.dtype, device=x.device)
+        if self.kind == "LSTM":
+            h0, c0 = (zero, zero) if hx is None else hx
+        else:
+            h0, c0 = (zero if hx is None else hx), None
+        finals_h, finals_c = [], []
+        for layer in range(self.num_layers):
+            outs = []
+            for d, suffix in enumerate(("", "_reverse")[:directions]):
+                index = layer * directions + d
+                state = (h0[index], c0[index]) if self.kind == "LSTM" else h0[index]
+                out, state = self._run_direction(x, state, layer, suffix)
+                outs.append(out)
+                finals_h.append(state[0] if self.kind == "LSTM" else state)
+                if self.kind == "LSTM":
+                    finals_c.append(state[1])
+            x = outs[0] if directions == 1 else ops.cat(outs, dim=-1)
+            if self.dropout and layer < self.num_layers - 1:
+                x = F.dropout(x, self.dropout, self.training)
+        output = x if self.batch_first else x.transpose(0, 1)
+        h_n = ops.stack(finals_h, dim=0)
+        return (output, (h_n, ops.stack(finals_c, dim=0))) if self.kind == "LSTM" else (output, h_n)
+
+    def extra_repr(self):
+        return (f"{self.input_size}, {self.hidden_size}, num_layers={self.num_layers}, "
+                f"batch_first={self.batch_first}, bidirectional={self.bidirectional}")
+
+
+class RNN(_Recurrent):
+    kind = "RNN"
+
+
+class GRU(_Recurrent):
+    kind = "GRU"
+
+
+class LSTM(_Recurrent):
+    kind = "LSTM"
