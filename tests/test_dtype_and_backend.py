@@ -63,9 +63,8 @@ def _numpy_imports(path):
             yield node.lineno
 
 
-ENGINE_FILES = ["tensor.py", "ops.py", "functional.py"] + [str(p.relative_to(PACKAGE)) for p in
-                                                             sorted(PACKAGE.glob("nn/*.py"))
-                                                             + sorted(PACKAGE.glob("models/*.py"))]
+ENGINE_FILES = ["tensor.py", "ops.py"] + [str(p.relative_to(PACKAGE)) for folder in ("functional", "nn", "models")
+                                          for p in sorted(PACKAGE.glob(f"{folder}/*.py"))]
 
 
 @pytest.mark.parametrize("name", ENGINE_FILES)

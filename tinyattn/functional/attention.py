@@ -1,0 +1,284 @@
+"""Attention: naive scaled dot-product attention (exactly PyTorch's definition), the weights for plots,
+Bahdanau's additive attention, and blockwise online-softmax ("flash") attention in O(N) memory."""
+import math
+
+from ..backend import xp_of
+from ..tensor import Function, Tensor
+from .layers import keep_mask
+from .softmax import softmax_array, softmax_backward
+
+
+def _grouped(q, k, v, mask, enable_gqa):
+    """Views that let Hq query heads share Hkv key/value heads without copying K and V.
+
+    q (..., Hq, L, E) becomes (..., Hkv, G, L, E); k and v gain a size-1 group axis that broadcasts; the mask is
+    viewed the same way. Returns the views and G (1 when there is no grouping).
+    """
+    hq, hkv = q.shape[-3] if q.ndim >= 3 else 1, k.shape[-3] if k.ndim >= 3 else 1
+    if hq == hkv:
+        return q, k, v, mask, 1
+    if not enable_gqa:
+        raise ValueError(f"query has {hq} heads but key/value have {hkv}: pass enable_gqa=True for grouped-query "
+                         f"attention (q {q.shape}, k {k.shape}, v {v.shape})")
+    if hq % hkv:
+        raise ValueError(f"grouped-query attention needs query heads ({hq}) divisible by key/value heads ({hkv})")
+    groups = hq // hkv
+    xp = xp_of(q)
+    if mask is not None:
+        mask = mask.reshape((1,) * (q.ndim - mask.ndim) + mask.shape)
+        head = mask.shape[-3]
+        split = (hkv, groups) if head == hq else (1, 1)
+        mask = mask.reshape(mask.shape[:-3] + split + mask.shape[-2:])
+    q = q.reshape(q.shape[:-3] + (hkv, groups) + q.shape[-2:])
+    k, v = xp.expand_dims(k, -3), xp.expand_dims(v, -3)
+    return q, k, v, mask, groups
+
+
+def _masked_scores(q, k, mask, scale):
+    """scale * q k^T with the mask applied: a boolean mask keeps True (False -> -inf), a float mask is added."""
+    xp = xp_of(q)
+    scores = (q * scale) @ xp.swapaxes(k, -1, -2)
+    if mask is None:
+        return scores
+    if mask.dtype == bool:
+        return xp.where(mask, scores, xp.asarray(-xp.inf, dtype=scores.dtype))
+    return scores + mask
+
+
+def causal_mask(query_len, key_len, xp, offset=0):
+    """Boolean (L, S) mask, True where query i may see key j: j <= i + offset (offset 0: PyTorch's top-left)."""
+    return xp.tril(xp.ones((query_len, key_len), dtype=bool), offset)
+
+
+class ScaledDotProductAttention(Function):
+    @staticmethod
+    def forward(ctx, q, k, v, mask, scale, dropout_p, enable_gqa):
+        xp = xp_of(q)
+        out_shape = q.shape[:-1] + v.shape[-1:]
+        q_g, k_g, v_g, mask_g, groups = _grouped(q, k, v, mask, enable_gqa)
+        probs = softmax_array(_masked_scores(q_g, k_g, mask_g, scale), -1)
+        keep = None
+        dropped = probs
+        if dropout_p > 0:
+            keep = keep_mask(probs.shape, dropout_p, probs)
+            dropped = probs * keep * (1.0 / (1.0 - dropout_p))
+        ctx.save_for_backward(q_g, k_g, v_g, probs, keep)
+        ctx.scale, ctx.dropout_p, ctx.groups = scale, dropout_p, groups
+        ctx.shapes = (q.shape, k.shape, v.shape, None if mask is None else mask.shape)
+        return (dropped @ v_g).reshape(out_shape)
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, k, v, probs, keep = ctx.saved_tensors
+        xp = xp_of(grad)
+        q_shape, k_shape, v_shape, mask_shape = ctx.shapes
+        grad = grad.reshape(q.shape[:-1] + v.shape[-1:])
+        dropped = probs if keep is None else probs * keep * (1.0 / (1.0 - ctx.dropout_p))
+        grad_v = xp.swapaxes(dropped, -1, -2) @ grad
+        grad_probs = grad @ xp.swapaxes(v, -1, -2)
+        if keep is not None:
+            grad_probs = grad_probs * keep * (1.0 / (1.0 - ctx.dropout_p))
+        grad_scores = softmax_backward(probs, grad_probs, -1)
+        grad_q = (grad_scores @ k) * ctx.scale
+        grad_k = (xp.swapaxes(grad_scores, -1, -2) @ q) * ctx.scale
+        if ctx.groups > 1:  # each key/value head served a group of query heads: their gradients add up
+            grad_k, grad_v = grad_k.sum(axis=-3), grad_v.sum(axis=-3)
+        grad_mask = None
+        if ctx.needs_input_grad[3]:  # a float mask (a learned bias) is added to the scores
+            grad_mask = grad_scores.reshape(q_shape[:-1] + (grad_scores.shape[-1],))
+        return grad_q.reshape(q_shape), grad_k.reshape(k_shape), grad_v.reshape(v_shape), grad_mask, None, None, None
+
+
+def _attention_mask(attn_mask, is_causal, query_len, key_len, like):
+    if is_causal:
+        if attn_mask is not None:
+            raise ValueError("pass either attn_mask or is_causal=True, not both (combine them into one mask)")
+        return causal_mask(query_len, key_len, xp_of(like))
+    return attn_mask
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                                 enable_gqa=False):
+    """softmax(q k^T * scale + mask) v, exactly as torch.nn.functional.scaled_dot_product_attention defines it.
+
+    query (..., Hq, L, E), key (..., Hkv, S, E), value (..., Hkv, S, Ev). attn_mask broadcasts to (..., Hq, L, S):
+    boolean True means "may attend", a float mask is added to the scores (and gets a gradient if it requires one).
+    is_causal masks j > i (top-left aligned, as PyTorch). scale defaults to 1/sqrt(E). enable_gqa lets Hq be a
+    multiple of Hkv. A query row with every key masked gives output 0 and gradient 0, never NaN.
+    """
+    mask = _attention_mask(attn_mask, is_causal, query.shape[-2], key.shape[-2], query.data)
+    if isinstance(mask, Tensor) and mask.dtype == bool:
+        mask = mask.data
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+    return ScaledDotProductAttention.apply(query, key, value, mask, scale, float(dropout_p), enable_gqa)
+
+
+def attention_weights(query, key, attn_mask=None, is_causal=False, scale=None, enable_gqa=False):
+    """The (..., Hq, L, S) softmax weights of the naive path, for plots (no graph is recorded)."""
+    mask = _attention_mask(attn_mask, is_causal, query.shape[-2], key.shape[-2], query.data)
+    mask = mask.data if isinstance(mask, Tensor) else mask
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+    q, k, _, mask, _ = _grouped(query.data, key.data, key.data, mask, enable_gqa)
+    probs = softmax_array(_masked_scores(q, k, mask, scale), -1)
+    return Tensor(probs.reshape(query.shape[:-1] + (key.shape[-2],)))
+
+
+# -- additive (Bahdanau) attention ------------------------------------------------------------------
+def additive_attention(query, key, value, w_query, w_key, v, mask=None, key_proj=None):
+    """Bahdanau et al. (2015): score(q, k) = v^T tanh(W_q q + W_k k), softmax over keys, weighted sum of values.
+
+    query (B, Dq) or (B, Lq, Dq); key (B, S, Dk); value (B, S, Dv); w_query (H, Dq), w_key (H, Dk), v (H,).
+    mask (B, S) or broadcastable to (B, Lq, S): True = may attend. key_proj lets a decoder pass W_k k, computed once
+    per source sentence, instead of recomputing it at every step. Returns (context, weights):
+    context (B, [Lq,] Dv), weights (B, [Lq,] S).
+    """
+    from .. import ops
+    from .layers import linear
+    single = query.ndim == 2
+    if single:
+        query = query.unsqueeze(1)
+    if key_proj is None:
+        key_proj = linear(key, w_key)                                    # (B, S, H)
+    q_proj = linear(query, w_query)                                     # (B, Lq, H)
+    features = ops.tanh(q_proj.unsqueeze(2) + key_proj.unsqueeze(1))    # (B, Lq, S, H)
+    scores = features @ v                                               # (B, Lq, S)
+    if mask is not None:
+        mask = mask.data if isinstance(mask, Tensor) else mask
+        keep = mask[:, None, :] if mask.ndim == 2 else mask
+        scores = ops.masked_fill(scores, ~keep, float("-inf"))
+    from .softmax import softmax
+    weights = softmax(scores, dim=-1)
+    context = weights @ value                                           # (B, Lq, Dv)
+    if single:
+        return context.squeeze(1), weights.squeeze(1)
+    return context, weights
+
+
+# -- blockwise online-softmax ("flash") attention -------------------------------------------------------
+def _block_mask(mask, rows, cols, is_causal, like):
+    """The keep-mask for one (row block, column block), or None when nothing in it is masked.
+
+    mask is the user's mask in the grouped layout with size-1 dims left unbroadcast, so a (B, 1, 1, S) padding mask
+    costs O(S) however long the queries are; only dims of full size are sliced.
+    """
+    xp = xp_of(like)
+    keep = None
+    if is_causal and cols.stop - 1 > rows.start:                        # the block crosses the diagonal
+        keep = xp.arange(cols.start, cols.stop)[None, :] <= xp.arange(rows.start, rows.stop)[:, None]
+    if mask is not None:
+        part = mask[..., rows if mask.shape[-2] != 1 else slice(None), cols if mask.shape[-1] != 1 else slice(None)]
+        keep = part if keep is None else (keep & part if part.dtype == bool else xp.where(keep, part, -xp.inf))
+    return keep
+
+
+def _apply_block_mask(scores, keep):
+    xp = xp_of(scores)
+    if keep is None:
+        return scores
+    if keep.dtype == bool:
+        return xp.where(keep, scores, xp.asarray(-xp.inf, dtype=scores.dtype))
+    return scores + keep                                                # a float mask is added
+
+
+def _last_column_block(row_stop, key_len, is_causal):
+    """Column blocks starting at or after this are entirely above the causal diagonal for these rows."""
+    return min(key_len, row_stop) if is_causal else key_len
+
+
+class FlashAttention(Function):
+    """FlashAttention-2 (Dao, 2023) on arrays: never forms the N x M score matrix.
+
+    Forward keeps, per query row, a running max m, a running sum l and an unnormalised output; each key block
+    rescales them by exp(m_old - m_new). It saves only Q, K, V, O and the log-sum-exp L = m + log(l), and backward
+    recomputes each block's probabilities exactly as exp(S - L). Loops run over blocks in Python; every block step
+    is vectorised over batch and heads.
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, mask, scale, is_causal, enable_gqa, block_size):
+        xp = xp_of(q)
+        out_shape = q.shape[:-1] + v.shape[-1:]
+        input_shapes = (q.shape, k.shape, v.shape)
+        q, k, v, mask, groups = _grouped(q, k, v, mask, enable_gqa)
+        n, m_len = q.shape[-2], k.shape[-2]
+        out = xp.empty(q.shape[:-1] + v.shape[-1:], dtype=q.dtype)
+        lse = xp.empty(q.shape[:-1], dtype=q.dtype)
+        for r0 in range(0, n, block_size):
+            rows = slice(r0, min(r0 + block_size, n))
+            q_block = q[..., rows, :] * scale
+            running_max = xp.full(q_block.shape[:-1] + (1,), -xp.inf, dtype=q.dtype)
+            running_sum = xp.zeros(q_block.shape[:-1] + (1,), dtype=q.dtype)
+            acc = xp.zeros(q_block.shape[:-1] + v.shape[-1:], dtype=q.dtype)
+            for c0 in range(0, _last_column_block(rows.stop, m_len, is_causal), block_size):
+                cols = slice(c0, min(c0 + block_size, m_len))
+                scores = q_block @ xp.swapaxes(k[..., cols, :], -1, -2)
+                scores = _apply_block_mask(scores, _block_mask(mask, rows, cols, is_causal, q))
+                new_max = xp.maximum(running_max, scores.max(axis=-1, keepdims=True))
+                shift = xp.where(xp.isneginf(new_max), xp.zeros((), dtype=q.dtype), new_max)  # all -inf so far
+                probs = xp.exp(scores - shift)
+                rescale = xp.exp(running_max - shift)
+                running_sum = rescale * running_sum + probs.sum(axis=-1, keepdims=True)
+                acc = rescale * acc + probs @ v[..., cols, :]
+                running_max = new_max
+            empty = running_sum == 0                                    # every key masked: output 0
+            out[..., rows, :] = acc / xp.where(empty, xp.ones((), dtype=q.dtype), running_sum)
+            lse[..., rows] = xp.where(empty, xp.asarray(xp.inf, dtype=q.dtype),
+                                      running_max + xp.log(xp.where(empty, 1, running_sum)))[..., 0]
+        ctx.save_for_backward(q, k, v, out, lse, mask)
+        ctx.options = (scale, is_causal, block_size, groups)
+        ctx.input_shapes = input_shapes
+        return out.reshape(out_shape)
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, k, v, out, lse, mask = ctx.saved_tensors
+        scale, is_causal, block_size, groups = ctx.options
+        xp = xp_of(grad)
+        grad = grad.reshape(out.shape)
+        n, m_len = q.shape[-2], k.shape[-2]
+        delta = (grad * out).sum(axis=-1)                               # D_i = rowsum(dO * O)
+        grad_q = xp.zeros_like(q)
+        # One slot per query head (k and v are broadcast over the group axis), summed over each group at the end.
+        grad_k = xp.zeros(q.shape[:-2] + k.shape[-2:], dtype=q.dtype)
+        grad_v = xp.zeros(q.shape[:-2] + v.shape[-2:], dtype=q.dtype)
+        for c0 in range(0, m_len, block_size):
+            cols = slice(c0, min(c0 + block_size, m_len))
+            k_block, v_block = k[..., cols, :], v[..., cols, :]
+            first_row = (c0 // block_size) * block_size if is_causal else 0   # rows above see none of these keys
+            for r0 in range(first_row, n, block_size):
+                rows = slice(r0, min(r0 + block_size, n))
+                q_block, grad_block = q[..., rows, :], grad[..., rows, :]
+                scores = (q_block * scale) @ xp.swapaxes(k_block, -1, -2)
+                scores = _apply_block_mask(scores, _block_mask(mask, rows, cols, is_causal, q))
+                probs = xp.exp(scores - lse[..., rows, None])           # exact: L holds the row's max and sum
+                grad_v[..., cols, :] += xp.swapaxes(probs, -1, -2) @ grad_block
+                grad_probs = grad_block @ xp.swapaxes(v_block, -1, -2)
+                grad_scores = probs * (grad_probs - delta[..., rows, None])
+                grad_q[..., rows, :] += (grad_scores @ k_block) * scale
+                grad_k[..., cols, :] += (xp.swapaxes(grad_scores, -1, -2) @ q_block) * scale
+        q_shape, k_shape, v_shape = ctx.input_shapes
+        if groups > 1:  # each key/value head served a group of query heads: their gradients add up
+            grad_k, grad_v = grad_k.sum(axis=-3), grad_v.sum(axis=-3)
+        return (grad_q.reshape(q_shape), grad_k.reshape(k_shape), grad_v.reshape(v_shape),
+                None, None, None, None, None)
+
+
+def flash_attention(query, key, value, attn_mask=None, is_causal=False, scale=None, enable_gqa=False,
+                    block_size=256):
+    """Blockwise online-softmax attention: the same result as scaled_dot_product_attention, O(N) memory.
+
+    Same arguments and mask conventions as scaled_dot_product_attention (boolean True = may attend, a float mask is
+    added, is_causal top-left aligned). block_size need not divide the lengths. A float mask gets no gradient here;
+    use scaled_dot_product_attention for a learned bias.
+    """
+    if is_causal and attn_mask is not None:
+        raise ValueError("pass either attn_mask or is_causal=True, not both (combine them into one mask)")
+    if isinstance(attn_mask, Tensor):
+        if attn_mask.requires_grad:
+            raise ValueError("flash_attention does not differentiate a float attn_mask; use "
+                             "scaled_dot_product_attention for a learned bias")
+        attn_mask = attn_mask.data
+    if block_size < 1:
+        raise ValueError(f"block_size must be positive, got {block_size}")
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+    return FlashAttention.apply(query, key, value, attn_mask, scale, bool(is_causal), enable_gqa, int(block_size))

@@ -1,0 +1,270 @@
+"""Fused layer Functions: linear, embedding, layer/RMS norm, GELU, SiLU, dropout, conv2d."""
+import math
+
+from .. import ops
+from ..backend import device_of, generator, scatter_add, xp_of
+from ..tensor import Function, Tensor
+
+
+class Linear(Function):
+    """y = x W^T + b with W shaped (out_features, in_features), as nn.Linear."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        ctx.save_for_backward(x, weight)
+        y = x @ weight.T
+        return y if bias is None else y + bias
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        grad_x = grad @ weight if ctx.needs_input_grad[0] else None
+        grad_w = None
+        if ctx.needs_input_grad[1]:
+            # Every leading dimension is a batch of rows: one large matmul over all of them.
+            grad_w = grad.reshape(-1, grad.shape[-1]).T @ x.reshape(-1, x.shape[-1])
+        grad_b = grad.reshape(-1, grad.shape[-1]).sum(axis=0) if ctx.needs_input_grad[2] else None
+        return grad_x, grad_w, grad_b
+
+
+def linear(input, weight, bias=None):
+    if input.shape[-1] != weight.shape[-1]:
+        raise ValueError(f"linear: input's last dim {input.shape[-1]} does not match weight shape "
+                         f"{weight.shape} (out_features, in_features)")
+    return Linear.apply(input, weight, bias)
+
+
+class Embedding(Function):
+    @staticmethod
+    def forward(ctx, ids, weight, padding_idx):
+        ctx.save_for_backward(ids)
+        ctx.weight_shape, ctx.padding_idx = weight.shape, padding_idx
+        return weight[ids]
+
+    @staticmethod
+    def backward(ctx, grad):
+        (ids,) = ctx.saved_tensors
+        xp = xp_of(grad)
+        grad_weight = xp.zeros(ctx.weight_shape, dtype=grad.dtype)
+        scatter_add(grad_weight, ids.reshape(-1), grad.reshape(-1, ctx.weight_shape[1]))  # repeated ids add up
+        if ctx.padding_idx is not None:
+            grad_weight[ctx.padding_idx] = 0
+        return None, grad_weight, None
+
+
+def embedding(input, weight, padding_idx=None):
+    ids = input.data if isinstance(input, Tensor) else input
+    if ids.dtype.kind not in "iu":
+        raise TypeError(f"embedding needs integer ids, got dtype {ids.dtype}")
+    return Embedding.apply(ids, weight, padding_idx)
+
+
+def _normalized_axes(x, normalized_shape):
+    normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if x.shape[x.ndim - len(normalized_shape):] != normalized_shape:
+        raise ValueError(f"normalized_shape {normalized_shape} does not match the input's trailing dims {x.shape}")
+    return tuple(range(x.ndim - len(normalized_shape), x.ndim))
+
+
+class LayerNorm(Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, axes, eps):
+        xp = xp_of(x)
+        centred = x - x.mean(axis=axes, keepdims=True)
+        rstd = 1 / xp.sqrt((centred * centred).mean(axis=axes, keepdims=True) + eps)
+        normed = centred * rstd  # a constant row gives 0 here, not NaN: eps keeps rstd finite
+        ctx.save_for_backward(normed, rstd, weight)
+        ctx.axes = axes
+        out = normed if weight is None else normed * weight
+        return out if bias is None else out + bias
+
+    @staticmethod
+    def backward(ctx, grad):
+        normed, rstd, weight = ctx.saved_tensors
+        axes = ctx.axes
+        g = grad if weight is None else grad * weight
+        grad_x = rstd * (g - g.mean(axis=axes, keepdims=True)
+                         - normed * (g * normed).mean(axis=axes, keepdims=True))
+        grad_w = grad * normed if ctx.needs_input_grad[1] else None  # the engine sums over the batch dims
+        return grad_x, grad_w, (grad if ctx.needs_input_grad[2] else None), None, None
+
+
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    return LayerNorm.apply(input, weight, bias, _normalized_axes(input, normalized_shape), eps)
+
+
+class RMSNorm(Function):
+    @staticmethod
+    def forward(ctx, x, weight, axes, eps):
+        xp = xp_of(x)
+        rstd = 1 / xp.sqrt((x * x).mean(axis=axes, keepdims=True) + eps)
+        normed = x * rstd
+        ctx.save_for_backward(normed, rstd, weight)
+        ctx.axes = axes
+        return normed if weight is None else normed * weight
+
+    @staticmethod
+    def backward(ctx, grad):
+        normed, rstd, weight = ctx.saved_tensors
+        g = grad if weight is None else grad * weight
+        grad_x = rstd * (g - normed * (g * normed).mean(axis=ctx.axes, keepdims=True))
+        return grad_x, (grad * normed if ctx.needs_input_grad[1] else None), None, None
+
+
+def rms_norm(input, normalized_shape, weight=None, eps=None):
+    """x / sqrt(mean(x^2) + eps) * weight; eps=None uses the dtype's machine epsilon, as PyTorch."""
+    if eps is None:
+        eps = float(xp_of(input.data).finfo(input.dtype).eps)
+    return RMSNorm.apply(input, weight, _normalized_axes(input, normalized_shape), eps)
+
+
+def _erfc(x):
+    """Complementary error function to about 1e-7 relative error (NumPy has none built in).
+
+    A Chebyshev-fitted form, erfc(z) ~ t exp(-z^2 + poly(t)) with t = 1 / (1 + z/2) for z >= 0, and
+    erfc(-z) = 2 - erfc(z). Good to float32 precision everywhere; used by the exact GELU.
+    """
+    xp = xp_of(x)
+    z = xp.abs(x)
+    t = 1 / (1 + 0.5 * z)
+    poly = 0.17087277
+    for c in (-0.82215223, 1.48851587, -1.13520398, 0.27886807, -0.18628806, 0.09678418, 0.37409196,
+              1.00002368, -1.26551223):
+        poly = c + t * poly
+    tail = t * xp.exp(-z * z + poly)
+    return xp.where(x >= 0, tail, 2 - tail)
+
+
+_SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
+
+
+class Gelu(Function):
+    @staticmethod
+    def forward(ctx, x, approximate):
+        xp = xp_of(x)
+        ctx.save_for_backward(x)
+        ctx.approximate = approximate
+        if approximate == "tanh":
+            return 0.5 * x * (1 + xp.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x ** 3)))
+        return 0.5 * x * _erfc(-x * (1 / math.sqrt(2)))
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        xp = xp_of(x)
+        if ctx.approximate == "tanh":
+            inner = _SQRT_2_OVER_PI * (x + 0.044715 * x ** 3)
+            th = xp.tanh(inner)
+            d_inner = _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x * x)
+            return grad * (0.5 * (1 + th) + 0.5 * x * (1 - th * th) * d_inner), None
+        cdf = 0.5 * _erfc(-x * (1 / math.sqrt(2)))
+        pdf = xp.exp(-0.5 * x * x) * (1 / math.sqrt(2 * math.pi))
+        return grad * (cdf + x * pdf), None
+
+
+def gelu(input, approximate="none"):
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"approximate must be 'none' or 'tanh', got {approximate!r}")
+    return Gelu.apply(input, approximate)
+
+
+class Silu(Function):
+    @staticmethod
+    def forward(ctx, x):
+        s = ops.stable_sigmoid(x)
+        ctx.save_for_backward(x, s)
+        return x * s
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, s = ctx.saved_tensors
+        return grad * s * (1 + x * (1 - s))
+
+
+def silu(input):
+    return Silu.apply(input)
+
+
+class Dropout(Function):
+    @staticmethod
+    def forward(ctx, x, keep, scale):
+        ctx.save_for_backward(keep)
+        ctx.scale = scale
+        return x * keep * scale
+
+    @staticmethod
+    def backward(ctx, grad):
+        (keep,) = ctx.saved_tensors
+        return grad * keep * ctx.scale, None, None
+
+
+def keep_mask(shape, p, like):
+    """True where dropout keeps an element, drawn from the seeded generator of like's device."""
+    return generator(device_of(like)).random(shape, dtype=like.dtype) >= p
+
+
+def dropout(input, p=0.5, training=True):
+    """Zero each element with probability p and scale the rest by 1/(1-p); the identity when not training."""
+    if not 0 <= p <= 1:
+        raise ValueError(f"dropout probability must be in [0, 1], got {p}")
+    if not training or p == 0:
+        return input
+    if p == 1:
+        return input * 0.0
+    return Dropout.apply(input, keep_mask(input.shape, p, input.data), 1.0 / (1.0 - p))
+
+
+def _pair(v):
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+class Conv2d(Function):
+    """2-D convolution as im2col + one matmul: every kernel offset contributes a strided slice of the input."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, stride, padding):
+        xp = xp_of(x)
+        (sh, sw), (ph, pw) = stride, padding
+        batch, channels, height, width = x.shape
+        out_ch, _, kh, kw = weight.shape
+        padded = xp.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+        out_h, out_w = (height + 2 * ph - kh) // sh + 1, (width + 2 * pw - kw) // sw + 1
+        # cols[b, c, i, j, y, x] = padded[b, c, y * sh + i, x * sw + j]
+        cols = xp.empty((batch, channels, kh, kw, out_h, out_w), dtype=x.dtype)
+        for i in range(kh):
+            for j in range(kw):
+                cols[:, :, i, j] = padded[:, :, i:i + sh * out_h:sh, j:j + sw * out_w:sw]
+        cols = cols.reshape(batch, channels * kh * kw, out_h * out_w)
+        out = weight.reshape(out_ch, -1) @ cols
+        if bias is not None:
+            out = out + bias[:, None]
+        ctx.save_for_backward(cols, weight)
+        ctx.geometry = (x.shape, padded.shape, stride, padding, out_h, out_w)
+        return out.reshape(batch, out_ch, out_h, out_w)
+
+    @staticmethod
+    def backward(ctx, grad):
+        cols, weight = ctx.saved_tensors
+        xp = xp_of(grad)
+        x_shape, padded_shape, (sh, sw), (ph, pw), out_h, out_w = ctx.geometry
+        out_ch, channels, kh, kw = weight.shape
+        g = grad.reshape(grad.shape[0], out_ch, out_h * out_w)
+        grad_w = (g @ xp.swapaxes(cols, 1, 2)).sum(axis=0).reshape(weight.shape)
+        grad_b = g.sum(axis=(0, 2)) if ctx.needs_input_grad[2] else None
+        grad_x = None
+        if ctx.needs_input_grad[0]:
+            grad_cols = (weight.reshape(out_ch, -1).T @ g).reshape(x_shape[0], channels, kh, kw, out_h, out_w)
+            grad_padded = xp.zeros(padded_shape, dtype=grad.dtype)
+            for i in range(kh):
+                for j in range(kw):  # overlapping windows add up
+                    grad_padded[:, :, i:i + sh * out_h:sh, j:j + sw * out_w:sw] += grad_cols[:, :, i, j]
+            grad_x = grad_padded[:, :, ph:ph + x_shape[2], pw:pw + x_shape[3]]
+        return grad_x, grad_w, grad_b, None, None
+
+
+def conv2d(input, weight, bias=None, stride=1, padding=0):
+    """input (B, C, H, W), weight (O, C, kh, kw) -> (B, O, H', W'), as torch.nn.functional.conv2d."""
+    if input.ndim != 4 or weight.ndim != 4 or input.shape[1] != weight.shape[1]:
+        raise ValueError(f"conv2d needs input (B, C, H, W) and weight (O, C, kh, kw) with equal C, got "
+                         f"{input.shape} and {weight.shape}")
+    return Conv2d.apply(input, weight, bias, _pair(stride), _pair(padding))
