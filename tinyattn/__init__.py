@@ -6,7 +6,7 @@ from .backend import default_device as get_default_device
 from .creation import (arange, as_tensor, eye, full, ones, ones_like, rand, randint, randn, randperm, tensor,
                        zeros, zeros_like)
 from .ops import (abs, argmax, argmin, cat, chunk, exp, flatten, log, matmul, max, maximum, mean, min, permute,
-                  relu, repeat_interleave, reshape, sigmoid, split, sqrt, squeeze, stack, sum, tanh, transpose,
+                  relu, repeat_interleave, reshape, roll, sigmoid, split, sqrt, squeeze, stack, sum, tanh, transpose,
                   tril, triu, unsqueeze, var, where)
 from .tensor import Function, Tensor, enable_grad, is_grad_enabled, no_grad
 from . import functional

@@ -513,6 +513,19 @@ class RepeatInterleave(Function):
         return grad.reshape(split).sum(axis=d + 1), None, None
 
 
+class Roll(Function):
+    """Cyclic shift along dims (torch.roll); the gradient rolls back the other way."""
+
+    @staticmethod
+    def forward(ctx, x, shifts, dims):
+        ctx.shifts, ctx.dims = shifts, dims
+        return xp_of(x).roll(x, shifts, axis=dims)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return xp_of(grad).roll(grad, tuple(-s for s in ctx.shifts), axis=ctx.dims), None, None
+
+
 class IndexAdd(Function):
     """out = x, then out[index[i]] += source[i] along dim 0; repeated indices add up (torch.index_add)."""
 
@@ -792,6 +805,12 @@ def chunk(x, chunks, dim=0):
     return split(x, -(-x.shape[dim] // chunks), dim)
 
 
+def roll(x, shifts, dims):
+    shifts = (shifts,) if isinstance(shifts, builtins.int) else tuple(shifts)
+    dims = (dims,) if isinstance(dims, builtins.int) else tuple(dims)
+    return Roll.apply(x, shifts, dims)
+
+
 def index_add(x, dim, index, source):
     """x with source's rows added at index along dim 0 (the only dim supported), differentiable in x and source."""
     if dim != 0:
@@ -851,7 +870,7 @@ def _install_methods():
         "reshape": reshape, "view": reshape, "permute": permute, "transpose": transpose,
         "unsqueeze": unsqueeze, "squeeze": squeeze, "flatten": flatten, "expand": expand,
         "contiguous": contiguous, "masked_fill": masked_fill, "repeat_interleave": repeat_interleave,
-        "split": split, "chunk": chunk, "index_add": index_add, "tril": tril, "triu": triu, "to": to,
+        "split": split, "chunk": chunk, "index_add": index_add, "roll": roll, "tril": tril, "triu": triu, "to": to,
         "float": lambda self: to(self, "float32"), "double": lambda self: to(self, "float64"),
         "long": lambda self: Tensor(self.data.astype("int64")), "bool": lambda self: Tensor(self.data.astype(bool)),
         "cpu": lambda self: to(self, "cpu"), "cuda": lambda self: to(self, "cuda"),

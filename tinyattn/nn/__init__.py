@@ -4,3 +4,7 @@ from .layers import (GELU, MLP, Conv2d, Dropout, Embedding, Identity, LayerNorm,
                      RMSNorm, SiLU, SwiGLU, Tanh)
 from .module import Module, ModuleList, Parameter, Sequential
 from .rnn import GRU, GRUCell, LSTM, LSTMCell, RNN, RNNCell
+from .attention import (AdditiveAttention, KVCache, MultiHeadAttention, SelfAttention2d, WindowAttention,
+                        shifted_window_mask, window_partition, window_reverse)
+from .position import (LearnedPositionalEmbedding, RelativePositionBias, RotaryEmbedding,
+                       SinusoidalPositionalEncoding, interpolate_pos_embed, sincos_2d_table, sinusoidal_table)

@@ -1,0 +1,258 @@
+"""Attention in every form: flash against naive, additive against its definition, modules, KV cache, positions,
+Swin windows. Each ties a form to the plain definition."""
+import numpy as np
+import pytest
+
+import tinyattn as ta
+import tinyattn.functional as F
+from tinyattn import nn
+from conftest import host, randn
+
+
+def _grads(out, inputs, weight):
+    for t in inputs:
+        t.grad = None
+    (out * weight).sum().backward()
+    return [host(t.grad) for t in inputs]
+
+
+FLASH_CASES = [  # (B, Hq, Hkv, L, S, block, causal, padding)
+    (2, 4, 4, 37, 37, 8, False, False),
+    (2, 4, 4, 37, 37, 16, True, False),
+    (1, 2, 2, 19, 45, 7, False, True),      # Lq != Lk, lengths not multiples of the block
+    (2, 6, 2, 33, 21, 10, False, True),     # GQA with a padding mask
+    (2, 4, 1, 40, 40, 9, True, False),      # MQA, causal
+    (1, 2, 2, 5, 70, 64, True, False),      # causal with more keys than queries (top-left)
+]
+
+
+@pytest.mark.parametrize("dtype,tol", [("float64", 1e-12), ("float32", 1e-5)])
+@pytest.mark.parametrize("case", FLASH_CASES)
+def test_flash_equals_naive_outputs_and_gradients(case, dtype, tol):
+    b, hq, hkv, lq, lk, block, causal, padding = case
+    q, k, v = randn(b, hq, lq, 16, dtype=dtype), randn(b, hkv, lk, 16, dtype=dtype, seed=1), \
+        randn(b, hkv, lk, 16, dtype=dtype, seed=2)
+    mask = None
+    if padding:
+        keep = np.ones((b, 1, 1, lk), dtype=bool)
+        keep[-1, ..., lk // 2:] = False
+        mask = ta.tensor(keep)
+    kwargs = dict(attn_mask=mask, is_causal=causal, enable_gqa=hq != hkv)
+    flash = F.flash_attention(q, k, v, block_size=block, **kwargs)
+    naive = F.scaled_dot_product_attention(q, k, v, **kwargs)
+    assert flash.dtype == np.dtype(dtype)
+    np.testing.assert_allclose(host(flash), host(naive), atol=tol, rtol=0)
+    weight = randn(*naive.shape, requires_grad=False, dtype=dtype, seed=3)
+    for g_flash, g_naive in zip(_grads(flash, (q, k, v), weight), _grads(naive, (q, k, v), weight)):
+        np.testing.assert_allclose(g_flash, g_naive, atol=tol * 10, rtol=0)
+
+
+def test_flash_gradcheck_and_float_mask():
+    q, k, v = randn(1, 2, 6, 4), randn(1, 2, 7, 4, seed=1), randn(1, 2, 7, 3, seed=2)
+    assert ta.gradcheck(lambda q, k, v: F.flash_attention(q, k, v, is_causal=True, block_size=3), (q, k, v))
+    bias = ta.tensor(np.random.default_rng(0).standard_normal((2, 6, 7)))
+    np.testing.assert_allclose(host(F.flash_attention(q, k, v, attn_mask=bias, block_size=4)),
+                               host(F.scaled_dot_product_attention(q, k, v, attn_mask=bias)), atol=1e-12)
+    with pytest.raises(ValueError, match="learned bias"):
+        F.flash_attention(q, k, v, attn_mask=randn(2, 6, 7))
+    with pytest.raises(ValueError, match="not both"):
+        F.flash_attention(q, k, v, attn_mask=bias, is_causal=True)
+
+
+def test_flash_fully_masked_rows_give_zero_not_nan():
+    q, k, v = randn(1, 1, 6, 4), randn(1, 1, 6, 4, seed=1), randn(1, 1, 6, 4, seed=2)
+    keep = np.ones((6, 6), dtype=bool)
+    keep[2] = False
+    out = F.flash_attention(q, k, v, attn_mask=ta.tensor(keep), block_size=4)
+    assert np.isfinite(host(out)).all() and (host(out)[0, 0, 2] == 0).all()
+    out.sum().backward()
+    assert np.isfinite(host(q.grad)).all() and (host(q.grad)[0, 0, 2] == 0).all()
+    assert np.isfinite(host(k.grad)).all()
+
+
+def test_additive_attention_matches_definition_and_gradcheck():
+    b, s, dq, dk, h = 2, 5, 3, 4, 6
+    query, key, value = randn(b, dq), randn(b, s, dk, seed=1), randn(b, s, 2, seed=2)
+    wq, wk, v = randn(h, dq, seed=3), randn(h, dk, seed=4), randn(h, seed=5)
+    keep = np.ones((b, s), dtype=bool)
+    keep[1, 3:] = False
+    context, weights = F.additive_attention(query, key, value, wq, wk, v, mask=ta.tensor(keep))
+    scores = np.tanh(host(query)[:, None, :] @ host(wq).T + host(key) @ host(wk).T) @ host(v)
+    scores = np.where(keep, scores, -np.inf)
+    expected = np.exp(scores - scores.max(-1, keepdims=True))
+    expected /= expected.sum(-1, keepdims=True)
+    np.testing.assert_allclose(host(weights), expected, rtol=1e-12)
+    np.testing.assert_allclose(host(context), np.einsum("bs,bsd->bd", expected, host(value)), rtol=1e-12)
+    assert ta.gradcheck(lambda *a: F.additive_attention(*a, mask=ta.tensor(keep))[0],
+                        (query, key, value, wq, wk, v), full_jacobian=False)
+    module = nn.AdditiveAttention(dq, dk, h)
+    ctx, w = module(query.float(), key.float(), value.float(), key_proj=module.project_keys(key.float()))
+    assert ctx.shape == (b, 2) and w.shape == (b, s)
+
+
+# -- multi-head attention module -----------------------------------------------------------------------
+def test_self_attention_is_permutation_equivariant_without_positions():
+    mha = nn.MultiHeadAttention(16, 4).double()
+    x = randn(2, 7, 16, requires_grad=False)
+    perm = np.random.default_rng(0).permutation(7)
+    out = host(mha(x))
+    np.testing.assert_allclose(host(mha(x[:, perm])), out[:, perm], rtol=1e-10, atol=1e-12)
+    causal = host(mha(x, is_causal=True))                      # a causal mask breaks the symmetry
+    assert not np.allclose(host(mha(x[:, perm], is_causal=True)), causal[:, perm])
+
+
+@pytest.mark.parametrize("n_kv_heads", [4, 2, 1])
+def test_mha_naive_and_flash_agree_and_heads_share(n_kv_heads):
+    naive = nn.MultiHeadAttention(16, 4, n_kv_heads=n_kv_heads).double()
+    flash = nn.MultiHeadAttention(16, 4, n_kv_heads=n_kv_heads, impl="flash").double()
+    flash.load_state_dict(naive.state_dict())
+    x = randn(2, 9, 16)
+    pad = np.zeros((2, 9), dtype=bool)
+    pad[0, 6:] = True
+    for kwargs in ({"is_causal": True}, {"key_padding_mask": ta.tensor(pad)}):
+        np.testing.assert_allclose(host(flash(x, **kwargs)), host(naive(x, **kwargs)), atol=1e-12)
+    head_dim = 4
+    assert naive.qkv.weight.shape == (16 + 2 * n_kv_heads * head_dim, 16)
+    assert naive.kv_cache_bytes_per_token() == 2 * n_kv_heads * head_dim * 4
+    assert ta.gradcheck(lambda x, *p: naive(x, is_causal=True), (x, *naive.parameters()), full_jacobian=False)
+
+
+def test_key_padding_mask_hides_padded_keys_and_weights_for_plots():
+    mha = nn.MultiHeadAttention(8, 2).double()
+    x = randn(1, 6, 8, requires_grad=False)
+    pad = ta.tensor(np.array([[False, False, False, False, True, True]]))
+    out = host(mha(x, key_padding_mask=pad, need_weights=True))
+    changed = host(x).copy()
+    changed[:, 4:] = 100.0                                     # whatever sits in the padded keys...
+    out_changed = host(mha(ta.tensor(changed), key_padding_mask=pad))
+    np.testing.assert_allclose(out_changed[:, :4], out[:, :4], rtol=1e-10)   # ...real queries do not see it
+    weights = host(mha.last_weights)
+    assert weights.shape == (1, 2, 6, 6)
+    np.testing.assert_allclose(weights.sum(-1), 1.0)
+    assert (weights[..., 4:] == 0).all()
+    with pytest.raises(TypeError, match="boolean"):
+        mha(x, key_padding_mask=ta.tensor([[0, 0, 0, 0, 1, 1]]))
+
+
+def test_cross_attention_shapes_and_errors():
+    cross = nn.MultiHeadAttention(8, 2, cross=True, kv_dim=6)
+    out = cross(ta.randn(2, 3, 8), context=ta.randn(2, 5, 6), need_weights=True)
+    assert out.shape == (2, 3, 8) and cross.last_weights.shape == (2, 2, 3, 5)
+    with pytest.raises(ValueError, match="cross-attention needs a context"):
+        cross(ta.randn(2, 3, 8))
+    with pytest.raises(ValueError, match="divisible"):
+        nn.MultiHeadAttention(10, 4)
+    with pytest.raises(ValueError, match="dropout"):
+        nn.MultiHeadAttention(8, 2, impl="flash", dropout=0.1)
+
+
+@pytest.mark.parametrize("impl", ["naive", "flash"])
+@pytest.mark.parametrize("rotary", [False, True])
+def test_kv_cache_decoding_equals_full_sequence(impl, rotary):
+    rope = nn.RotaryEmbedding(4, max_len=32) if rotary else None
+    mha = nn.MultiHeadAttention(16, 4, n_kv_heads=2, impl=impl, rotary=rope)
+    x = ta.randn(2, 10, 16)
+    with ta.no_grad():
+        full = host(mha(x, is_causal=True))
+        cache = nn.KVCache()
+        prefix = host(mha(x[:, :4], is_causal=True, cache=cache))     # prefill 4 tokens at once
+        steps = [host(mha(x[:, t:t + 1], is_causal=True, cache=cache)) for t in range(4, 8)]
+        chunk = host(mha(x[:, 8:], is_causal=True, cache=cache))      # 2 queries against 10 keys: end-aligned
+    decoded = np.concatenate([prefix] + steps + [chunk], axis=1)
+    assert len(cache) == 10
+    np.testing.assert_allclose(decoded, full, atol=1e-6)
+
+
+# -- positions ----------------------------------------------------------------------------------------
+def test_sinusoidal_table_and_2d_table():
+    table = host(ta.Tensor(nn.sinusoidal_table(50, 8)))
+    pos, i = 7, 1
+    np.testing.assert_allclose(table[pos, 2 * i], np.sin(pos / 10000 ** (2 * i / 8)), rtol=1e-6)
+    np.testing.assert_allclose(table[pos, 2 * i + 1], np.cos(pos / 10000 ** (2 * i / 8)), rtol=1e-6)
+    grid = host(ta.Tensor(nn.sincos_2d_table(3, 4, 8)))
+    half = host(ta.Tensor(nn.sinusoidal_table(4, 4)))
+    assert grid.shape == (12, 8)
+    np.testing.assert_allclose(grid[6, :4], half[1], rtol=1e-6)          # patch (row 1, col 2): row half...
+    np.testing.assert_allclose(grid[6, 4:], half[2], rtol=1e-6)          # ...and column half
+    enc = nn.SinusoidalPositionalEncoding(8, max_len=10)
+    assert enc(ta.zeros(1, 4, 8), offset=2).shape == (1, 4, 8)
+    with pytest.raises(ValueError, match="max_len"):
+        enc(ta.zeros(1, 11, 8))
+    learned = nn.LearnedPositionalEmbedding(10, 8).double()
+    assert ta.gradcheck(lambda x, w: learned(x, offset=3), (randn(2, 4, 8), learned.weight))
+
+
+def test_rope_makes_scores_depend_on_relative_position_only():
+    rope = nn.RotaryEmbedding(8, max_len=64).double()
+    q, k = randn(1, 1, 1, 8, requires_grad=False), randn(1, 1, 1, 8, requires_grad=False, seed=1)
+    score = lambda m, n: (host(rope(q, offset=m)) * host(rope(k, offset=n))).sum()
+    assert score(10, 3) == pytest.approx(score(27, 20), rel=1e-10)
+    assert score(10, 3) != pytest.approx(score(10, 4), rel=1e-3)
+    np.testing.assert_allclose(np.linalg.norm(host(rope(q, offset=5))), np.linalg.norm(host(q)))   # a rotation
+    assert ta.gradcheck(lambda x: rope(x, offset=2), (randn(1, 2, 3, 8),))
+
+
+def test_interpolate_pos_embed():
+    pos = ta.tensor(np.random.default_rng(0).standard_normal((1, 1 + 16, 6)))
+    same = nn.interpolate_pos_embed(pos, 4, 4, num_prefix_tokens=1)
+    np.testing.assert_allclose(host(same), host(pos), rtol=1e-12)
+    bigger = host(nn.interpolate_pos_embed(pos, 4, 8, num_prefix_tokens=1))
+    assert bigger.shape == (1, 65, 6)
+    np.testing.assert_array_equal(bigger[:, 0], host(pos)[:, 0])            # the class token is kept
+    ramp = ta.tensor(np.tile(np.arange(4.0), 4).reshape(1, 16, 1))         # linear in x: stays linear
+    resized = host(nn.interpolate_pos_embed(ramp, 4, 8)).reshape(8, 8)
+    np.testing.assert_allclose(resized[0, 1:7], np.arange(6) / 2 + 0.25, rtol=1e-12)
+
+
+# -- Swin windows -------------------------------------------------------------------------------------
+def test_window_partition_round_trip_and_roll():
+    x = randn(2, 4, 6, 3, requires_grad=False)
+    windows = nn.window_partition(x, 2)
+    assert windows.shape == (12, 4, 3)
+    np.testing.assert_array_equal(host(windows[1]), host(x)[0, 0:2, 2:4].reshape(4, 3))
+    np.testing.assert_array_equal(host(nn.window_reverse(windows, 2, 4, 6)), host(x))
+    assert ta.gradcheck(lambda t: ta.roll(t, (1, -2), (1, 2)), (randn(1, 3, 4, 2),))
+
+
+def test_one_window_over_the_whole_grid_is_full_attention_with_bias():
+    attn = nn.WindowAttention(8, 4, 2).double()
+    x = randn(1, 4, 4, 8, requires_grad=False)
+    windowed = host(nn.window_reverse(attn(nn.window_partition(x, 4)), 4, 4, 4))
+    tokens = x.reshape(1, 16, 8)
+    q, k, v = attn.qkv(tokens).reshape(1, 16, 3, 2, 4).permute(2, 0, 3, 1, 4).chunk(3, dim=0)
+    full = F.scaled_dot_product_attention(q.squeeze(0), k.squeeze(0), v.squeeze(0), attn_mask=attn.relative_bias())
+    full = host(attn.proj(full.transpose(1, 2).reshape(1, 16, 8))).reshape(1, 4, 4, 8)
+    np.testing.assert_allclose(windowed, full, rtol=1e-10)
+    small = nn.WindowAttention(8, 2, 2).double()
+    mask = nn.shifted_window_mask(4, 4, 2, 1)
+    assert ta.gradcheck(lambda w, *p: small(w, mask=mask), (randn(4, 4, 8), *small.parameters()),
+                        full_jacobian=False)
+    with pytest.raises(ValueError, match=r"\(B \* nW, 4, 8\)"):
+        small(randn(4, 16, 8))
+
+
+def test_shifted_windows_never_attend_across_region_boundaries():
+    h = w = 8
+    window, shift = 4, 2
+    mask = host(ta.Tensor(nn.shifted_window_mask(h, w, window, shift)))
+    attn = nn.WindowAttention(8, window, 2)
+    rolled = ta.roll(ta.randn(1, h, w, 8), (-shift, -shift), (1, 2))
+    attn(nn.window_partition(rolled, window), mask=ta.Tensor(mask), need_weights=True)
+    weights = host(attn.last_weights)                                       # (nW, H, N, N)
+    # Where each token of the rolled map came from: it is in region r if its source row/col wrapped around.
+    ys, xs = np.meshgrid(np.arange(h), np.arange(w), indexing="ij")
+    source_y, source_x = (ys + shift) % h, (xs + shift) % w
+    wrapped = (source_y < shift) * 2 + (source_x < shift)                   # 4 groups of true neighbours
+    groups = host(nn.window_partition(ta.tensor(wrapped[None, :, :, None].astype(float)), window))[..., 0]
+    across = groups[:, :, None] != groups[:, None, :]
+    assert across.any()                                                     # the shift does create boundaries
+    assert (weights[np.broadcast_to(across[:, None], weights.shape)] == 0).all()
+    assert (weights[np.broadcast_to(~across[:, None], weights.shape)] > 0).all()
+
+
+def test_self_attention_in_a_cnn():
+    block = nn.SelfAttention2d(6, num_heads=2).double()
+    x = randn(2, 6, 3, 4)
+    np.testing.assert_array_equal(host(block(x)), host(x))                  # gamma starts at 0: the identity
+    block.gamma.data[...] = 0.5
+    assert ta.gradcheck(lambda x, *p: block(x), (x, *block.parameters()), full_jacobian=False)

@@ -1,0 +1,245 @@
+"""Attention modules: additive (Bahdanau), multi-head self- and cross-attention with GQA/MQA and a KV cache,
+Swin's (shifted) window attention, and self-attention over a CNN's feature map.
+
+Mask conventions, in one place:
+- attn_mask (as in F.scaled_dot_product_attention): boolean True = may attend; a float mask is added to the scores.
+- key_padding_mask (as in torch.nn.MultiheadAttention): boolean (B, S), True = this key is padding, ignore it.
+- is_causal: query i sees keys up to its own position. The module aligns the mask to the end of the keys
+  (query i sits at absolute position S - L + i), which is what cached decoding needs; when L == S it is the same as
+  PyTorch's top-left is_causal.
+"""
+from .. import backend, ops
+from .. import functional as F
+from ..tensor import Tensor
+from .layers import Linear, _parameter
+from .module import Module, Parameter
+from .position import RelativePositionBias
+from . import init
+
+
+class AdditiveAttention(Module):
+    """Bahdanau attention as a module: W_q (H, Dq), W_k (H, Dk) and v (H,), scores v^T tanh(W_q q + W_k k)."""
+
+    def __init__(self, query_size, key_size, hidden_size):
+        super().__init__()
+        self.w_query = Linear(query_size, hidden_size, bias=False)
+        self.w_key = Linear(key_size, hidden_size, bias=False)
+        self.v = init.default_uniform_(_parameter(hidden_size), hidden_size)
+
+    def project_keys(self, key):
+        """W_k k for every source position: compute once per source sentence, pass as key_proj at each step."""
+        return self.w_key(key)
+
+    def forward(self, query, key, value, mask=None, key_proj=None):
+        return F.additive_attention(query, key, value, self.w_query.weight, self.w_key.weight, self.v, mask,
+                                    key_proj)
+
+
+class KVCache:
+    """Keys and values (B, Hkv, T, head_dim) of every token decoded so far, for one attention layer."""
+
+    def __init__(self):
+        self.key = self.value = None
+
+    def __len__(self):
+        return 0 if self.key is None else self.key.shape[-2]
+
+    def append(self, key, value):
+        """Add the new tokens' keys and values; returns all keys and values so far."""
+        if self.key is None:
+            self.key, self.value = key, value
+        else:
+            self.key, self.value = ops.cat([self.key, key], dim=-2), ops.cat([self.value, value], dim=-2)
+        return self.key, self.value
+
+
+def combine_masks(query_len, key_len, is_causal, key_padding_mask, attn_mask, xp):
+    """One mask for F.scaled_dot_product_attention from the module's three ways of masking, or None.
+
+    Boolean unless attn_mask is a float mask, in which case masked places become -inf in it.
+    """
+    keep = None
+    if is_causal:
+        keep = F.causal_mask(query_len, key_len, xp, offset=key_len - query_len)       # aligned to the end
+    if key_padding_mask is not None:
+        pad = key_padding_mask.data if isinstance(key_padding_mask, Tensor) else key_padding_mask
+        if pad.dtype != bool:
+            raise TypeError(f"key_padding_mask must be boolean (True = padding), got dtype {pad.dtype}")
+        not_pad = ~pad[:, None, None, :]                                             # (B, 1, 1, S)
+        keep = not_pad if keep is None else keep & not_pad
+    if attn_mask is None:
+        return None if keep is None else Tensor(keep)
+    if not isinstance(attn_mask, Tensor):
+        attn_mask = Tensor(attn_mask)
+    if keep is None:
+        return attn_mask
+    if attn_mask.dtype == bool:
+        return Tensor(keep & attn_mask.data)
+    return ops.masked_fill(attn_mask, ~keep, float("-inf"))                        # broadcasts to keep's shape
+
+
+class MultiHeadAttention(Module):
+    """Multi-head attention (Vaswani et al. 2017) with grouped-query (n_kv_heads < n_heads) and multi-query
+    (n_kv_heads = 1) variants.
+
+    Self-attention projects q, k and v with one fused Linear (qkv); cross=True projects queries from x and keys and
+    values from a context of size kv_dim. impl="flash" runs F.flash_attention (no attention dropout, no weights).
+    With need_weights=True the naive path keeps the last (B, H, L, S) weights in .last_weights, for plots.
+    """
+
+    def __init__(self, d_model, n_heads, n_kv_heads=None, bias=True, dropout=0.0, impl="naive", cross=False,
+                 kv_dim=None, rotary=None):
+        super().__init__()
+        n_kv_heads = n_kv_heads or n_heads
+        if d_model % n_heads:
+            raise ValueError(f"d_model {d_model} is not divisible by n_heads {n_heads}")
+        if n_heads % n_kv_heads:
+            raise ValueError(f"n_heads {n_heads} is not divisible by n_kv_heads {n_kv_heads}")
+        if impl not in ("naive", "flash"):
+            raise ValueError(f"impl must be 'naive' or 'flash', got {impl!r}")
+        if impl == "flash" and dropout:
+            raise ValueError("impl='flash' has no attention dropout; use dropout=0 or impl='naive'")
+        self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
+        self.head_dim = d_model // n_heads
+        self.dropout, self.impl, self.cross = dropout, impl, cross
+        kv_width = 2 * n_kv_heads * self.head_dim
+        if cross:
+            self.q_proj = Linear(d_model, d_model, bias)
+            self.kv_proj = Linear(kv_dim or d_model, kv_width, bias)
+        else:
+            self.qkv = Linear(d_model, d_model + kv_width, bias)
+        self.out_proj = Linear(d_model, d_model, bias)
+        self.rotary = rotary
+        self.last_weights = None
+
+    def _heads(self, x, heads):
+        b, t, _ = x.shape
+        return x.reshape(b, t, heads, self.head_dim).transpose(1, 2)          # (B, heads, T, head_dim)
+
+    def forward(self, x, context=None, is_causal=False, key_padding_mask=None, attn_mask=None, need_weights=False,
+                cache=None):
+        """x (B, L, d_model); context (B, S, kv_dim) for cross-attention. cache: a KVCache to read and extend."""
+        if self.cross != (context is not None):
+            raise ValueError("cross-attention needs a context and self-attention must not get one "
+                             f"(cross={self.cross}, context given: {context is not None})")
+        b, length, _ = x.shape
+        kv_size = self.n_kv_heads * self.head_dim
+        if self.cross:
+            q = self.q_proj(x)
+            k, v = self.kv_proj(context).split(kv_size, dim=-1)
+        else:
+            q, k, v = self.qkv(x).split([self.d_model, kv_size, kv_size], dim=-1)
+        q, k, v = self._heads(q, self.n_heads), self._heads(k, self.n_kv_heads), self._heads(v, self.n_kv_heads)
+        offset = len(cache) if cache is not None else 0
+        if self.rotary is not None:
+            q, k = self.rotary(q, offset), self.rotary(k, offset)
+        if cache is not None:
+            k, v = cache.append(k, v)
+        key_len = k.shape[-2]
+        xp = backend.xp_of(x.data)
+        # Plain causal self-attention over a whole sequence uses is_causal itself (flash then skips blocks).
+        simple_causal = is_causal and key_len == length and key_padding_mask is None and attn_mask is None
+        mask = None if simple_causal else combine_masks(length, key_len, is_causal and length > 1,
+                                                        key_padding_mask, attn_mask, xp)
+        gqa = self.n_kv_heads != self.n_heads
+        if self.impl == "flash":
+            out = F.flash_attention(q, k, v, attn_mask=mask, is_causal=simple_causal, enable_gqa=gqa)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=simple_causal,
+                                                 dropout_p=self.dropout if self.training else 0.0, enable_gqa=gqa)
+        if need_weights:
+            self.last_weights = F.attention_weights(q, k, attn_mask=mask, is_causal=simple_causal, enable_gqa=gqa)
+        return self.out_proj(out.transpose(1, 2).reshape(b, length, self.d_model))
+
+    def kv_cache_bytes_per_token(self, dtype_bytes=4):
+        """Bytes a KV cache holds per token for this layer: keys and values for n_kv_heads heads."""
+        return 2 * self.n_kv_heads * self.head_dim * dtype_bytes
+
+    def extra_repr(self):
+        return f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, impl={self.impl!r}"
+
+
+# -- Swin: window attention ---------------------------------------------------------------------------
+def window_partition(x, window_size):
+    """(B, H, W, C) -> (B * nW, window_size^2, C): non-overlapping windows, row-major within and across windows."""
+    b, h, w, c = x.shape
+    if h % window_size or w % window_size:
+        raise ValueError(f"feature map {h}x{w} is not a multiple of window_size {window_size}")
+    x = x.reshape(b, h // window_size, window_size, w // window_size, window_size, c).permute(0, 1, 3, 2, 4, 5)
+    return x.reshape(-1, window_size * window_size, c)
+
+
+def window_reverse(windows, window_size, h, w):
+    """The inverse of window_partition: (B * nW, window_size^2, C) -> (B, H, W, C)."""
+    c = windows.shape[-1]
+    x = windows.reshape(-1, h // window_size, w // window_size, window_size, window_size, c).permute(0, 1, 3, 2, 4, 5)
+    return x.reshape(-1, h, w, c)
+
+
+def shifted_window_mask(h, w, window_size, shift):
+    """(nW, N, N) boolean, True where two tokens of a window may attend to each other after the cyclic shift.
+
+    Rolling the map by -shift brings pieces of the image that were not neighbours into one window. Label the map by
+    the 3 x 3 regions the roll creates (cut at -window_size and -shift along each axis); tokens attend only within
+    their own region.
+    """
+    xp = backend.xp_for(backend.default_device())
+    regions = xp.zeros((h, w), dtype=backend.int64)
+    label = 0
+    for rows in (slice(0, -window_size), slice(-window_size, -shift), slice(-shift, None)):
+        for cols in (slice(0, -window_size), slice(-window_size, -shift), slice(-shift, None)):
+            regions[rows, cols] = label
+            label += 1
+    windows = window_partition(Tensor(regions[None, :, :, None]), window_size).data[..., 0]  # (nW, N)
+    return windows[:, :, None] == windows[:, None, :]
+
+
+class WindowAttention(Module):
+    """Multi-head self-attention inside each window, plus Swin's learned relative position bias."""
+
+    def __init__(self, dim, window_size, num_heads, qkv_bias=True):
+        super().__init__()
+        if dim % num_heads:
+            raise ValueError(f"dim {dim} is not divisible by num_heads {num_heads}")
+        self.dim, self.window_size, self.num_heads = dim, window_size, num_heads
+        self.qkv = Linear(dim, 3 * dim, qkv_bias)
+        self.proj = Linear(dim, dim)
+        self.relative_bias = RelativePositionBias(window_size, num_heads)
+        self.last_weights = None
+
+    def forward(self, windows, mask=None, need_weights=False):
+        """windows (B * nW, N, C); mask (nW, N, N) boolean (True = may attend) from shifted_window_mask, or None."""
+        bw, n, c = windows.shape
+        if n != self.window_size ** 2 or c != self.dim:
+            raise ValueError(f"WindowAttention(dim={self.dim}, window_size={self.window_size}) expects windows of "
+                             f"shape (B * nW, {self.window_size ** 2}, {self.dim}), got {windows.shape}")
+        hd = c // self.num_heads
+        q, k, v = self.qkv(windows).reshape(bw, n, 3, self.num_heads, hd).permute(2, 0, 3, 1, 4).chunk(3, dim=0)
+        q, k, v = q.squeeze(0), k.squeeze(0), v.squeeze(0)                       # (B * nW, H, N, hd)
+        bias = self.relative_bias()                                               # (H, N, N), learned
+        if mask is not None:
+            n_windows = mask.shape[0]
+            q, k, v = (t.reshape(bw // n_windows, n_windows, self.num_heads, n, hd) for t in (q, k, v))
+            mask_data = mask.data if isinstance(mask, Tensor) else mask
+            bias = ops.masked_fill(bias.unsqueeze(0), ~mask_data[:, None], float("-inf"))  # (nW, H, N, N)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        if need_weights:
+            self.last_weights = F.attention_weights(q, k, attn_mask=bias.detach()).reshape(bw, self.num_heads, n, n)
+        return self.proj(out.reshape(bw, self.num_heads, n, hd).transpose(1, 2).reshape(bw, n, c))
+
+
+# -- attention inside a CNN ---------------------------------------------------------------------------
+class SelfAttention2d(Module):
+    """Self-attention over the positions of a (B, C, H, W) feature map, added back through a learned gate gamma
+    that starts at 0 (SAGAN, Zhang et al. 2019): the block begins as the identity and learns how much to attend."""
+
+    def __init__(self, channels, num_heads=1):
+        super().__init__()
+        self.attention = MultiHeadAttention(channels, num_heads)
+        self.gamma = Parameter(backend.xp_for(backend.default_device()).zeros(1, dtype=backend.float32))
+
+    def forward(self, x, need_weights=False):
+        b, c, h, w = x.shape
+        tokens = x.reshape(b, c, h * w).transpose(1, 2)                           # (B, HW, C)
+        attended = self.attention(tokens, need_weights=need_weights)
+        return x + self.gamma * attended.transpose(1, 2).reshape(b, c, h, w)
