@@ -16,3 +16,5 @@ from . import nn, optim
 from .serialization import CheckpointError, load, save
 
 __version__ = "0.1.0"
+
+backend.keep_freed_memory_for_reuse()

@@ -5,6 +5,7 @@ array it already holds, so the same op code runs on the CPU and on an NVIDIA GPU
 CuPy is imported lazily: a machine without it never pays for the import.
 """
 import os
+import sys
 
 import numpy
 
@@ -25,6 +26,25 @@ def _load_cupy():
                                "matching your CUDA driver)") from error
         _cupy = cupy
     return _cupy
+
+
+def keep_freed_memory_for_reuse():
+    """Ask glibc to keep freed blocks for reuse instead of returning them to the OS at once.
+
+    NumPy allocates a fresh array for every temporary; by default glibc serves arrays of more than about 128 KiB
+    with mmap and unmaps them on free, so the next op of the same size pays page faults on every 4 KiB page. For
+    attention blocks that costs as much as the arithmetic (measured in tinyattn.bench). Raising the mmap and trim
+    thresholds lets those pages be reused. Set TINYATTN_KEEP_MALLOC=1 to leave the allocator alone.
+    """
+    if os.environ.get("TINYATTN_KEEP_MALLOC") == "1" or not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:  # not glibc (musl, for example): nothing to tune
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    return bool(libc.mallopt(m_mmap_threshold, 32 << 20) and libc.mallopt(m_trim_threshold, 256 << 20))
 
 
 def cuda_is_available():

@@ -155,29 +155,33 @@ def additive_attention(query, key, value, w_query, w_key, v, mask=None, key_proj
 
 
 # -- blockwise online-softmax ("flash") attention -------------------------------------------------------
-def _block_mask(mask, rows, cols, is_causal, like):
-    """The keep-mask for one (row block, column block), or None when nothing in it is masked.
+def _block_bias(mask, rows, cols, is_causal, like):
+    """What to add to one (row block, column block) of scores: 0 where a query may see a key, -inf where not, or a
+    float mask's values; None when nothing in the block is masked.
 
     mask is the user's mask in the grouped layout with size-1 dims left unbroadcast, so a (B, 1, 1, S) padding mask
-    costs O(S) however long the queries are; only dims of full size are sliced.
+    costs O(S) however long the queries are; only dims of full size are sliced. Adding a bias in place is cheaper
+    than selecting with where() on every block.
     """
     xp = xp_of(like)
-    keep = None
+    bias = None
     if is_causal and cols.stop - 1 > rows.start:                        # the block crosses the diagonal
-        keep = xp.arange(cols.start, cols.stop)[None, :] <= xp.arange(rows.start, rows.stop)[:, None]
+        above = xp.arange(cols.start, cols.stop)[None, :] > xp.arange(rows.start, rows.stop)[:, None]
+        bias = xp.where(above, xp.asarray(-xp.inf, dtype=like.dtype), xp.zeros((), dtype=like.dtype))
     if mask is not None:
         part = mask[..., rows if mask.shape[-2] != 1 else slice(None), cols if mask.shape[-1] != 1 else slice(None)]
-        keep = part if keep is None else (keep & part if part.dtype == bool else xp.where(keep, part, -xp.inf))
-    return keep
+        if part.dtype == bool:
+            part = xp.where(part, xp.zeros((), dtype=like.dtype), xp.asarray(-xp.inf, dtype=like.dtype))
+        bias = part if bias is None else bias + part
+    return bias
 
 
-def _apply_block_mask(scores, keep):
-    xp = xp_of(scores)
-    if keep is None:
-        return scores
-    if keep.dtype == bool:
-        return xp.where(keep, scores, xp.asarray(-xp.inf, dtype=scores.dtype))
-    return scores + keep                                                # a float mask is added
+def _block_scores(q_block, k_block_t, bias):
+    """q k^T (q already scaled) plus the block's mask bias, added in place."""
+    scores = q_block @ k_block_t
+    if bias is not None:
+        scores += bias
+    return scores
 
 
 def _last_column_block(row_stop, key_len, is_causal):
@@ -191,7 +195,7 @@ class FlashAttention(Function):
     Forward keeps, per query row, a running max m, a running sum l and an unnormalised output; each key block
     rescales them by exp(m_old - m_new). It saves only Q, K, V, O and the log-sum-exp L = m + log(l), and backward
     recomputes each block's probabilities exactly as exp(S - L). Loops run over blocks in Python; every block step
-    is vectorised over batch and heads.
+    is vectorised over batch and heads and works in place on its scores buffer.
     """
 
     @staticmethod
@@ -200,30 +204,34 @@ class FlashAttention(Function):
         out_shape = q.shape[:-1] + v.shape[-1:]
         input_shapes = (q.shape, k.shape, v.shape)
         q, k, v, mask, groups = _grouped(q, k, v, mask, enable_gqa)
+        q_scaled, k_t = q * scale, xp.swapaxes(k, -1, -2)
         n, m_len = q.shape[-2], k.shape[-2]
+        zero, minus_inf = xp.zeros((), dtype=q.dtype), xp.asarray(-xp.inf, dtype=q.dtype)
         out = xp.empty(q.shape[:-1] + v.shape[-1:], dtype=q.dtype)
-        lse = xp.empty(q.shape[:-1], dtype=q.dtype)
+        lse = xp.empty(q.shape[:-1] + (1,), dtype=q.dtype)
         for r0 in range(0, n, block_size):
             rows = slice(r0, min(r0 + block_size, n))
-            q_block = q[..., rows, :] * scale
+            q_block = q_scaled[..., rows, :]
             running_max = xp.full(q_block.shape[:-1] + (1,), -xp.inf, dtype=q.dtype)
             running_sum = xp.zeros(q_block.shape[:-1] + (1,), dtype=q.dtype)
             acc = xp.zeros(q_block.shape[:-1] + v.shape[-1:], dtype=q.dtype)
             for c0 in range(0, _last_column_block(rows.stop, m_len, is_causal), block_size):
                 cols = slice(c0, min(c0 + block_size, m_len))
-                scores = q_block @ xp.swapaxes(k[..., cols, :], -1, -2)
-                scores = _apply_block_mask(scores, _block_mask(mask, rows, cols, is_causal, q))
+                scores = _block_scores(q_block, k_t[..., cols], _block_bias(mask, rows, cols, is_causal, q))
                 new_max = xp.maximum(running_max, scores.max(axis=-1, keepdims=True))
-                shift = xp.where(xp.isneginf(new_max), xp.zeros((), dtype=q.dtype), new_max)  # all -inf so far
-                probs = xp.exp(scores - shift)
+                shift = xp.where(new_max == minus_inf, zero, new_max)   # a row masked so far: exp(-inf) = 0
+                scores -= shift
+                probs = xp.exp(scores, out=scores)
                 rescale = xp.exp(running_max - shift)
-                running_sum = rescale * running_sum + probs.sum(axis=-1, keepdims=True)
-                acc = rescale * acc + probs @ v[..., cols, :]
+                running_sum *= rescale
+                running_sum += probs.sum(axis=-1, keepdims=True)
+                acc *= rescale
+                acc += probs @ v[..., cols, :]
                 running_max = new_max
             empty = running_sum == 0                                    # every key masked: output 0
-            out[..., rows, :] = acc / xp.where(empty, xp.ones((), dtype=q.dtype), running_sum)
-            lse[..., rows] = xp.where(empty, xp.asarray(xp.inf, dtype=q.dtype),
-                                      running_max + xp.log(xp.where(empty, 1, running_sum)))[..., 0]
+            out[..., rows, :] = acc / xp.where(empty, 1, running_sum)
+            lse[..., rows, :] = xp.where(empty, xp.asarray(xp.inf, dtype=q.dtype),
+                                         running_max + xp.log(xp.where(empty, 1, running_sum)))
         ctx.save_for_backward(q, k, v, out, lse, mask)
         ctx.options = (scale, is_causal, block_size, groups)
         ctx.input_shapes = input_shapes
@@ -236,26 +244,28 @@ class FlashAttention(Function):
         xp = xp_of(grad)
         grad = grad.reshape(out.shape)
         n, m_len = q.shape[-2], k.shape[-2]
-        delta = (grad * out).sum(axis=-1)                               # D_i = rowsum(dO * O)
+        delta = (grad * out).sum(axis=-1, keepdims=True)                # D_i = rowsum(dO * O)
+        q_scaled, k_scaled = q * scale, k * scale                       # fold the scale into the operands once
+        k_t, v_t = xp.swapaxes(k, -1, -2), xp.swapaxes(v, -1, -2)
         grad_q = xp.zeros_like(q)
         # One slot per query head (k and v are broadcast over the group axis), summed over each group at the end.
         grad_k = xp.zeros(q.shape[:-2] + k.shape[-2:], dtype=q.dtype)
         grad_v = xp.zeros(q.shape[:-2] + v.shape[-2:], dtype=q.dtype)
         for c0 in range(0, m_len, block_size):
             cols = slice(c0, min(c0 + block_size, m_len))
-            k_block, v_block = k[..., cols, :], v[..., cols, :]
             first_row = (c0 // block_size) * block_size if is_causal else 0   # rows above see none of these keys
             for r0 in range(first_row, n, block_size):
                 rows = slice(r0, min(r0 + block_size, n))
-                q_block, grad_block = q[..., rows, :], grad[..., rows, :]
-                scores = (q_block * scale) @ xp.swapaxes(k_block, -1, -2)
-                scores = _apply_block_mask(scores, _block_mask(mask, rows, cols, is_causal, q))
-                probs = xp.exp(scores - lse[..., rows, None])           # exact: L holds the row's max and sum
+                q_block, grad_block = q_scaled[..., rows, :], grad[..., rows, :]
+                scores = _block_scores(q_block, k_t[..., cols], _block_bias(mask, rows, cols, is_causal, q))
+                scores -= lse[..., rows, :]          # exact: L holds each row's max and sum (+inf if fully masked)
+                probs = xp.exp(scores, out=scores)
                 grad_v[..., cols, :] += xp.swapaxes(probs, -1, -2) @ grad_block
-                grad_probs = grad_block @ xp.swapaxes(v_block, -1, -2)
-                grad_scores = probs * (grad_probs - delta[..., rows, None])
-                grad_q[..., rows, :] += (grad_scores @ k_block) * scale
-                grad_k[..., cols, :] += (xp.swapaxes(grad_scores, -1, -2) @ q_block) * scale
+                grad_scores = grad_block @ v_t[..., cols]               # dP, turned into dS in place:
+                grad_scores -= delta[..., rows, :]
+                grad_scores *= probs                                    # dS = P * (dP - D)
+                grad_q[..., rows, :] += grad_scores @ k_scaled[..., cols, :]
+                grad_k[..., cols, :] += xp.swapaxes(grad_scores, -1, -2) @ q_block
         q_shape, k_shape, v_shape = ctx.input_shapes
         if groups > 1:  # each key/value head served a group of query heads: their gradients add up
             grad_k, grad_v = grad_k.sum(axis=-3), grad_v.sum(axis=-3)

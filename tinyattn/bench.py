@@ -1,0 +1,219 @@
+"""Benchmarks: `python -m tinyattn.bench {attention,train-step,matmul} ...`; the last output line is JSON.
+
+Every measurement runs in its own process (peak resident memory, ru_maxrss, only ever grows) and reports medians.
+`--framework torch` runs the same workload in PyTorch as the side-by-side peer; torch is imported only then, so run
+that from an environment that has it (it is never a dependency of tinyattn).
+"""
+import argparse
+import json
+import resource
+import statistics
+import sys
+import time
+
+import numpy
+
+
+def peak_rss_mib():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+class Workload:
+    """Random inputs and one timed step, for tinyattn (CPU or CUDA) or for the PyTorch peer."""
+
+    def __init__(self, framework, device):
+        self.framework, self.device = framework, device
+        if framework == "torch":
+            import torch
+            self.torch = torch
+            torch.manual_seed(0)
+
+    def sync(self):
+        if self.device == "cuda":
+            if self.framework == "torch":
+                self.torch.cuda.synchronize()
+            else:
+                import cupy
+                cupy.cuda.Device().synchronize()
+
+    def randn(self, *shape, requires_grad=False):
+        if self.framework == "torch":
+            return self.torch.randn(*shape, device=self.device, requires_grad=requires_grad)
+        import tinyattn as ta
+        return ta.randn(*shape, device=self.device, requires_grad=requires_grad)
+
+
+def attention_step(work, args):
+    shape_q = (args.batch, args.heads, args.n, args.dim)
+    shape_kv = (args.batch, args.kv_heads or args.heads, args.n, args.dim)
+    q, k, v = work.randn(*shape_q, requires_grad=True), work.randn(*shape_kv, requires_grad=True), \
+        work.randn(*shape_kv, requires_grad=True)
+    gqa = (args.kv_heads or args.heads) != args.heads
+    if work.framework == "torch":
+        sdpa = work.torch.nn.functional.scaled_dot_product_attention
+
+        def step():
+            sdpa(q, k, v, is_causal=args.causal, enable_gqa=gqa).sum().backward()
+    else:
+        import tinyattn.functional as F
+        attend = F.flash_attention if args.impl == "flash" else F.scaled_dot_product_attention
+        extra = {"block_size": args.block_size} if args.impl == "flash" else {}
+
+        def step():
+            attend(q, k, v, is_causal=args.causal, enable_gqa=gqa, **extra).sum().backward()
+    flops = 4 * args.batch * args.heads * args.n * args.n * args.dim * (0.5 if args.causal else 1.0) * 3.5
+    return step, {"approx_flops": flops}
+
+
+def train_step(work, args):
+    """One AdamW step of a pre-norm GPT (LayerNorm, GELU MLP of 4D, causal attention, untied head)."""
+    if work.framework == "torch":
+        model, optimizer, ids, params = _torch_gpt(work.torch, args, work.device)
+
+        def step():
+            logits = model(ids[:, :-1])
+            loss = work.torch.nn.functional.cross_entropy(logits.reshape(-1, args.vocab), ids[:, 1:].reshape(-1))
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+    else:
+        import tinyattn as ta
+        from tinyattn.models import GPT, GPTConfig
+        config = GPTConfig(vocab_size=args.vocab, block_size=args.seq, n_layer=args.layers, n_head=args.heads,
+                           d_model=args.d_model, impl=args.impl)
+        model = GPT(config).to(args.device)
+        optimizer = ta.optim.AdamW(model.parameters(), lr=3e-4)
+        ids = ta.randint(0, args.vocab, (args.batch, args.seq + 1), device=args.device)
+        params = model.num_parameters()
+
+        def step():
+            _, loss = model(ids[:, :-1], ids[:, 1:])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        flops = model.flops_per_token(args.seq) * args.batch * args.seq
+        return step, {"params": params, "approx_flops": flops}
+    return step, {"params": params}
+
+
+def _torch_gpt(torch, args, device):
+    """The same architecture in PyTorch, for the side-by-side peer."""
+    nn, F = torch.nn, torch.nn.functional
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(args.d_model), nn.LayerNorm(args.d_model)
+            self.qkv, self.proj = nn.Linear(args.d_model, 3 * args.d_model), nn.Linear(args.d_model, args.d_model)
+            self.mlp = nn.Sequential(nn.Linear(args.d_model, 4 * args.d_model), nn.GELU(),
+                                     nn.Linear(4 * args.d_model, args.d_model))
+
+        def forward(self, x):
+            b, t, d = x.shape
+            q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
+            q, k, v = (z.view(b, t, args.heads, d // args.heads).transpose(1, 2) for z in (q, k, v))
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, d)
+            x = x + self.proj(a)
+            return x + self.mlp(self.ln2(x))
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok, self.pos = nn.Embedding(args.vocab, args.d_model), nn.Embedding(args.seq, args.d_model)
+            self.blocks = nn.Sequential(*[Block() for _ in range(args.layers)])
+            self.ln_f, self.head = nn.LayerNorm(args.d_model), nn.Linear(args.d_model, args.vocab, bias=False)
+
+        def forward(self, ids):
+            x = self.tok(ids) + self.pos(torch.arange(ids.shape[1], device=ids.device))
+            return self.head(self.ln_f(self.blocks(x)))
+
+    model = GPT().to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    ids = torch.randint(0, args.vocab, (args.batch, args.seq + 1), device=device)
+    return model, optimizer, ids, sum(p.numel() for p in model.parameters())
+
+
+def matmul_step(work, args):
+    """A large float32 matmul: the machine's practical FLOP rate, the yardstick for everything else."""
+    a, b = work.randn(args.n, args.n), work.randn(args.n, args.n)
+    if work.framework == "torch":
+        step = lambda: a @ b
+    else:
+        step = lambda: a.data @ b.data
+    return step, {"approx_flops": 2 * args.n ** 3}
+
+
+WORKLOADS = {"attention": attention_step, "train-step": train_step, "matmul": matmul_step}
+
+
+def measure(args):
+    work = Workload(args.framework, args.device)
+    if args.framework != "torch":
+        import tinyattn as ta
+        ta.manual_seed(0)
+    step, info = WORKLOADS[args.command](work, args)
+    rss_before = peak_rss_mib()
+    times = []
+    for i in range(args.warmup + args.reps):
+        work.sync()
+        start = time.perf_counter()
+        step()
+        work.sync()
+        if i >= args.warmup:
+            times.append(time.perf_counter() - start)
+    median = statistics.median(times)
+    result = {"command": args.command, "framework": args.framework, "device": args.device,
+              "median_s": median, "min_s": min(times), "reps": len(times),
+              "extra_mib": peak_rss_mib() - rss_before, **info}
+    if args.command == "train-step":
+        result["median_step_s"] = median
+    if "approx_flops" in result:
+        result["gflops_per_s"] = result["approx_flops"] / median / 1e9
+    result.update({k: v for k, v in vars(args).items() if k not in result and v is not None})
+    return result
+
+
+def parse(argv):
+    parser = argparse.ArgumentParser(prog="python -m tinyattn.bench", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    common.add_argument("--framework", default="tinyattn", choices=["tinyattn", "torch"])
+    common.add_argument("--warmup", type=int, default=1)
+    attention = sub.add_parser("attention", parents=[common], help="forward+backward of float32 attention")
+    attention.add_argument("--impl", default="flash", choices=["flash", "naive"])
+    attention.add_argument("--n", type=int, default=1024)
+    attention.add_argument("--heads", type=int, default=8)
+    attention.add_argument("--kv-heads", type=int, default=None)
+    attention.add_argument("--dim", type=int, default=64)
+    attention.add_argument("--batch", type=int, default=1)
+    attention.add_argument("--causal", action="store_true")
+    attention.add_argument("--block-size", type=int, default=256)
+    attention.add_argument("--reps", type=int, default=3)
+    train = sub.add_parser("train-step", parents=[common], help="AdamW steps of a GPT on random token ids")
+    train.add_argument("--vocab", type=int, default=256)
+    train.add_argument("--d-model", type=int, default=128)
+    train.add_argument("--layers", type=int, default=4)
+    train.add_argument("--heads", type=int, default=4)
+    train.add_argument("--seq", type=int, default=128)
+    train.add_argument("--batch", type=int, default=8)
+    train.add_argument("--steps", dest="reps", type=int, default=5)
+    train.add_argument("--impl", default="naive", choices=["flash", "naive"])
+    mm = sub.add_parser("matmul", parents=[common], help="a large float32 matmul: the machine's FLOP rate")
+    mm.add_argument("--n", type=int, default=2048)
+    mm.add_argument("--reps", type=int, default=5)
+    args = parser.parse_args(argv)
+    if args.command == "train-step" and "--warmup" not in argv:
+        args.warmup = 2
+    return args
+
+
+def main(argv=None):
+    args = parse(sys.argv[1:] if argv is None else argv)
+    result = measure(args)
+    print(json.dumps(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()

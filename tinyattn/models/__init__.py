@@ -1,0 +1,2 @@
+"""One readable file per model family."""
+from .gpt import GPT, GPTConfig

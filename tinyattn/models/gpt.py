@@ -1,0 +1,145 @@
+"""GPT: a decoder-only Transformer language model (Radford et al. 2018/2019), in the spirit of nanoGPT.
+
+Token embedding + positions -> n_layer pre-norm blocks (x + attn(norm(x)), x + mlp(norm(x))) -> final norm ->
+linear head. The options are the "modern tweaks": RMSNorm, SwiGLU or mixture-of-experts feed-forward, grouped-
+or multi-query attention (n_kv_head), rotary positions, and the flash attention path.
+"""
+from dataclasses import dataclass
+
+from .. import backend, ops
+from .. import functional as F
+from ..creation import tensor
+from ..tensor import Tensor, no_grad
+from .. import nn
+
+
+@dataclass
+class GPTConfig:
+    vocab_size: int = 256
+    block_size: int = 128            # the longest context the model sees
+    n_layer: int = 4
+    n_head: int = 4
+    n_kv_head: int = None            # None: = n_head (MHA); 1: MQA; between: GQA
+    d_model: int = 128
+    dropout: float = 0.0
+    norm: str = "layer"              # "layer" | "rms"
+    mlp: str = "gelu"                # "gelu" | "swiglu" | "moe"
+    n_experts: int = 4
+    top_k: int = 2
+    position: str = "learned"        # "learned" | "rope"
+    impl: str = "naive"              # "naive" | "flash"
+    bias: bool = True
+    tie_weights: bool = False        # share the token embedding with the output head
+
+
+def _norm(config):
+    return nn.LayerNorm(config.d_model) if config.norm == "layer" else nn.RMSNorm(config.d_model, eps=1e-6)
+
+
+class Block(nn.Module):
+    def __init__(self, config, rotary=None):
+        super().__init__()
+        self.ln1, self.ln2 = _norm(config), _norm(config)
+        self.attn = nn.MultiHeadAttention(config.d_model, config.n_head, config.n_kv_head, bias=config.bias,
+                                          dropout=config.dropout if config.impl == "naive" else 0.0,
+                                          impl=config.impl, rotary=rotary)
+        if config.mlp == "gelu":
+            self.mlp = nn.MLP(config.d_model, dropout=config.dropout, bias=config.bias)
+        elif config.mlp == "swiglu":
+            self.mlp = nn.SwiGLU(config.d_model, dropout=config.dropout)
+        elif config.mlp == "moe":
+            self.mlp = nn.MoE(config.d_model, config.n_experts, config.top_k, dropout=config.dropout)
+        else:
+            raise ValueError(f"mlp must be 'gelu', 'swiglu' or 'moe', got {config.mlp!r}")
+        self.dropout = config.dropout
+
+    def forward(self, x, cache=None, need_weights=False):
+        attended = self.attn(self.ln1(x), is_causal=True, cache=cache, need_weights=need_weights)
+        x = x + F.dropout(attended, self.dropout, self.training)
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.tok_emb = nn.Embedding(config.vocab_size, config.d_model)
+        nn.init.normal_(self.tok_emb.weight, std=0.02)
+        rotary = None
+        if config.position == "learned":
+            self.pos_emb = nn.LearnedPositionalEmbedding(config.block_size, config.d_model)
+        elif config.position == "rope":
+            rotary = nn.RotaryEmbedding(config.d_model // config.n_head, max_len=config.block_size)
+        else:
+            raise ValueError(f"position must be 'learned' or 'rope', got {config.position!r}")
+        self.blocks = nn.ModuleList(Block(config, rotary) for _ in range(config.n_layer))
+        self.ln_f = _norm(config)
+        self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        if config.tie_weights:
+            self.head.weight = self.tok_emb.weight
+
+    def forward(self, ids, targets=None, caches=None):
+        """ids (B, T) -> logits (B, T, vocab); with targets, also the mean cross-entropy. caches: one KVCache per
+        block, extended in place (positions continue from what they hold)."""
+        ids = ids.data if isinstance(ids, Tensor) else ids
+        offset = len(caches[0]) if caches else 0
+        if offset + ids.shape[1] > self.config.block_size:
+            raise ValueError(f"{offset + ids.shape[1]} positions exceed block_size {self.config.block_size}")
+        x = self.tok_emb(ids)
+        if self.config.position == "learned":
+            x = self.pos_emb(x, offset)
+        x = F.dropout(x, self.config.dropout, self.training)
+        for i, block in enumerate(self.blocks):
+            x = block(x, cache=caches[i] if caches else None)
+        logits = self.head(self.ln_f(x))
+        if targets is None:
+            return logits
+        targets = targets.data if isinstance(targets, Tensor) else targets
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        return logits, loss
+
+    def aux_loss(self):
+        """The summed load-balancing losses of the MoE layers (0 without MoE)."""
+        losses = [b.mlp.aux_loss for b in self.blocks if isinstance(b.mlp, nn.MoE) and b.mlp.aux_loss is not None]
+        return sum(losses[1:], losses[0]) if losses else 0.0
+
+    @no_grad()
+    def generate(self, ids, max_new_tokens, temperature=1.0, top_k=None, use_cache=True):
+        """Sample max_new_tokens continuations of ids (B, T). With use_cache, each step feeds one token and reads the
+        keys and values of the earlier ones from a KVCache instead of recomputing the whole prefix."""
+        ids = ids.data if isinstance(ids, Tensor) else ids
+        xp = backend.xp_of(ids)
+        caches = [nn.KVCache() for _ in self.blocks] if use_cache else None
+        new_tokens = ids
+        for _ in range(max_new_tokens):
+            if use_cache:
+                logits = self(new_tokens, caches=caches)
+            else:
+                logits = self(ids[:, -self.config.block_size:])
+            logits = logits.data[:, -1, :]
+            if temperature == 0:
+                next_id = logits.argmax(axis=-1)[:, None]
+            else:
+                logits = logits / temperature
+                if top_k is not None:
+                    kth = xp.sort(logits, axis=-1)[:, -top_k][:, None]
+                    logits = xp.where(logits < kth, -xp.inf, logits)
+                probs = F.softmax(Tensor(logits), dim=-1).data.astype(backend.float64)
+                draws = backend.generator(backend.device_of(probs)).random((probs.shape[0], 1))
+                next_id = (probs.cumsum(axis=-1) < draws).sum(axis=-1, keepdims=True)
+                next_id = xp.minimum(next_id, probs.shape[-1] - 1)
+            ids = xp.concatenate([ids, next_id.astype(ids.dtype)], axis=1)
+            new_tokens = next_id.astype(ids.dtype)
+            if use_cache and len(caches[0]) + 1 > self.config.block_size:
+                raise ValueError(f"generation with a KV cache is limited to block_size={self.config.block_size} "
+                                 "positions; use use_cache=False to slide the window")
+        return Tensor(ids)
+
+    def flops_per_token(self, seq_len=None):
+        """Forward+backward FLOPs per token: 6 per parameter in the matmuls (2 forward, 4 backward) plus the
+        attention scores and weighted sums, 12 * n_layer * T * d_model (Kaplan et al. 2020; PaLM appendix B)."""
+        seq_len = seq_len or self.config.block_size
+        matmul_params = self.num_parameters() - self.tok_emb.weight.numel() * (not self.config.tie_weights)
+        if self.config.position == "learned":
+            matmul_params -= self.pos_emb.weight.numel()
+        return 6 * matmul_params + 12 * self.config.n_layer * seq_len * self.config.d_model
