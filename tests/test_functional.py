@@ -43,7 +43,6 @@ def test_softmax_of_fully_masked_row_is_zero_not_nan():
 
 def np_cross_entropy(logits, target, ignore_index=-100, smoothing=0.0):
     logp = np.log(np_softmax(logits))
-    classes = logits.shape[1]
     valid = target != ignore_index
     t = np.where(valid, target, 0)
     losses = -(1 - smoothing) * logp[np.arange(len(t)), t] - smoothing * logp.mean(axis=1)

@@ -11,7 +11,6 @@ import statistics
 import sys
 import time
 
-import numpy
 
 
 def peak_rss_mib():

@@ -53,7 +53,6 @@ def causal_mask(query_len, key_len, xp, offset=0):
 class ScaledDotProductAttention(Function):
     @staticmethod
     def forward(ctx, q, k, v, mask, scale, dropout_p, enable_gqa):
-        xp = xp_of(q)
         out_shape = q.shape[:-1] + v.shape[-1:]
         q_g, k_g, v_g, mask_g, groups = _grouped(q, k, v, mask, enable_gqa)
         probs = softmax_array(_masked_scores(q_g, k_g, mask_g, scale), -1)

@@ -6,9 +6,8 @@ or multi-query attention (n_kv_head), rotary positions, and the flash attention 
 """
 from dataclasses import dataclass
 
-from .. import backend, ops
+from .. import backend
 from .. import functional as F
-from ..creation import tensor
 from ..tensor import Tensor, no_grad
 from .. import nn
 

@@ -7,8 +7,7 @@ The sequence layers project the whole input sequence in one matmul and loop in P
 from .. import functional as F
 from .. import ops
 from ..creation import zeros
-from ..tensor import Tensor
-from .module import Module, Parameter
+from .module import Module
 from .layers import _parameter
 from . import init
 
