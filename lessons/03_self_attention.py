@@ -1,0 +1,135 @@
+# %% [markdown]
+# # 03 · From an attention layer to multi-head self-attention
+#
+# Queries, keys and values; why scores are scaled by 1/sqrt(d); masking; multi-head attention as four matrix
+# multiplications; why self-attention needs position information. Every piece is written by hand here and then
+# checked against the library's version.
+
+# %%
+import math
+
+import numpy as np
+
+import tinyattn as ta
+import tinyattn.functional as F
+from tinyattn import nn, viz
+from common import options, plot_path, report
+
+args = options(__doc__)
+rng = np.random.default_rng(0)
+tokens = "the cat sat on the mat".split()
+d_model, n_heads = 16, 4
+x = rng.standard_normal((1, len(tokens), d_model))          # stand-ins for token embeddings, float64
+
+# %% [markdown]
+# ## One attention layer by hand
+# Each token asks a question (its query q_i = x_i W_q), offers a label (key k_j = x_j W_k) and a payload
+# (value v_j = x_j W_v). Token i mixes the values with weights softmax_j(q_i . k_j / sqrt(d)).
+
+# %%
+w_q, w_k, w_v = (rng.standard_normal((d_model, d_model)) / math.sqrt(d_model) for _ in range(3))
+q, k, v = x @ w_q, x @ w_k, x @ w_v
+scores = q @ k.transpose(0, 2, 1) / math.sqrt(d_model)
+weights = np.exp(scores - scores.max(-1, keepdims=True))
+weights /= weights.sum(-1, keepdims=True)
+by_hand = weights @ v
+library = F.scaled_dot_product_attention(ta.tensor(q), ta.tensor(k), ta.tensor(v)).numpy()
+err_single = float(np.abs(by_hand - library).max())
+print(f"hand-written vs F.scaled_dot_product_attention: max |difference| = {err_single:.2e}")
+assert err_single < 1e-12
+
+# %% [markdown]
+# ## Why divide by sqrt(d)?
+# For random q and k with unit-variance entries, q . k has variance d. Without scaling, large d pushes the softmax
+# towards a one-hot choice, where its gradient vanishes. Measure the variance and the largest weight.
+
+# %%
+for d in (16, 256):
+    qs, ks = rng.standard_normal((2000, d)), rng.standard_normal((2000, d))
+    dots = (qs * ks).sum(-1)
+    print(f"d={d:3d}: var(q.k) = {dots.var():7.1f}   var(q.k / sqrt(d)) = {(dots / math.sqrt(d)).var():.2f}")
+many_scores = rng.standard_normal((500, 10, 256)) @ rng.standard_normal((256, 10))
+peak_unscaled = F.softmax(ta.tensor(many_scores), -1).numpy().max(-1).mean()
+peak_scaled = F.softmax(ta.tensor(many_scores / 16.0), -1).numpy().max(-1).mean()
+print(f"mean largest softmax weight over 10 keys, d=256: unscaled {peak_unscaled:.2f}, scaled {peak_scaled:.2f}")
+assert peak_unscaled > 0.9 > peak_scaled
+
+# %% [markdown]
+# ## Masking
+# A causal mask lets token i see tokens j <= i only: set the other scores to -inf before the softmax, so their
+# weights are exactly 0. (A boolean mask in tinyattn, as in PyTorch, is True where attention is allowed.)
+
+# %%
+causal = np.tril(np.ones((len(tokens), len(tokens)), dtype=bool))
+masked_weights = F.attention_weights(ta.tensor(q), ta.tensor(k), attn_mask=ta.tensor(causal)).numpy()[0]
+assert (masked_weights[~causal] == 0).all()
+fig, axes = viz.plt.subplots(1, 2, figsize=(9, 3.6))
+viz.attention_heatmap(weights[0], tokens, tokens, ax=axes[0], title="self-attention")
+viz.attention_heatmap(masked_weights, tokens, tokens, ax=axes[1], title="with a causal mask")
+viz.save(fig, plot_path(args, "03_self_attention.png"))
+
+# %% [markdown]
+# ## Multi-head attention is four matrix multiplications
+# Split d_model into h heads of size d/h, attend in each head separately, concatenate, project:
+# 1. project: X W_qkv -> Q, K, V, reshaped to (B, h, T, d/h);
+# 2. scores: Q K^T / sqrt(d/h);
+# 3. mix: softmax(scores) V;
+# 4. output: concatenate the heads and multiply by W_o.
+# Then compare with nn.MultiHeadAttention using the same weights.
+
+# %%
+mha = nn.MultiHeadAttention(d_model, n_heads).double()
+w_qkv, b_qkv = mha.qkv.weight.numpy(), mha.qkv.bias.numpy()
+w_o, b_o = mha.out_proj.weight.numpy(), mha.out_proj.bias.numpy()
+head = d_model // n_heads
+qkv = x @ w_qkv.T + b_qkv                                                     # matmul 1
+split = lambda t: t.reshape(1, len(tokens), n_heads, head).transpose(0, 2, 1, 3)
+qh, kh, vh = (split(t) for t in np.split(qkv, 3, axis=-1))
+s = qh @ kh.transpose(0, 1, 3, 2) / math.sqrt(head)                           # matmul 2
+p = np.exp(s - s.max(-1, keepdims=True))
+p /= p.sum(-1, keepdims=True)
+mixed = (p @ vh).transpose(0, 2, 1, 3).reshape(1, len(tokens), d_model)       # matmul 3
+out = mixed @ w_o.T + b_o                                                     # matmul 4
+err_multi = float(np.abs(out - mha(ta.tensor(x)).numpy()).max())
+print(f"four matmuls vs nn.MultiHeadAttention: max |difference| = {err_multi:.2e}")
+assert err_multi < 1e-12
+fig = viz.attention_grid(p[0][None], tokens, tokens, row_names=["layer 0"], title="each head attends its own way")
+viz.save(fig, plot_path(args, "03_heads.png"))
+
+# %% [markdown]
+# ## Self-attention ignores order
+# Shuffle the tokens and the outputs shuffle the same way: the layer is permutation-equivariant. "cat sat on the
+# mat" and "mat sat on the cat" look alike to it. Adding a position encoding to the embeddings breaks the symmetry.
+
+# %%
+perm = rng.permutation(len(tokens))
+y = mha(ta.tensor(x)).numpy()
+equivariance_err = float(np.abs(mha(ta.tensor(x[:, perm])).numpy() - y[:, perm]).max())
+print(f"attention(shuffled x) vs shuffled attention(x): {equivariance_err:.1e}")
+assert equivariance_err < 1e-12
+table = nn.sinusoidal_table(len(tokens), d_model).astype(np.float64)
+with_positions = mha(ta.tensor(x + table)).numpy()
+shuffled_with_positions = mha(ta.tensor(x[:, perm] + table)).numpy()
+broken = float(np.abs(shuffled_with_positions - with_positions[:, perm]).max())
+print(f"with sinusoidal positions added, the same comparison differs by {broken:.2f}")
+assert broken > 1e-3
+
+# %% [markdown]
+# ## The sinusoidal table
+# Column pairs are sines and cosines of the position at geometrically spaced frequencies. Their dot products
+# depend on the distance between positions, which is what lets attention learn relative offsets.
+
+# %%
+long_table = nn.sinusoidal_table(64, 64)
+similarity = long_table @ long_table.T
+fig, axes = viz.plt.subplots(1, 2, figsize=(10, 3.4))
+axes[0].imshow(long_table.T, cmap="RdBu", aspect="auto")
+axes[0].set(title="sinusoidal encoding (dims x positions)", xlabel="position", ylabel="dimension")
+axes[1].imshow(similarity, cmap="viridis")
+axes[1].set(title="dot product between positions", xlabel="position", ylabel="position")
+viz.save(fig, plot_path(args, "03_positions.png"))
+offsets_agree = float(np.abs(similarity[10, 15] - similarity[40, 45]))
+assert offsets_agree < 1e-4                    # same offset, same similarity, wherever it sits
+report(sdpa_max_abs_err=err_single, multihead_max_abs_err=err_multi, equivariance_err=equivariance_err,
+       positions_break_equivariance=broken, softmax_peak_unscaled=float(peak_unscaled),
+       softmax_peak_scaled=float(peak_scaled))

@@ -1,0 +1,137 @@
+# %% [markdown]
+# # 04 · Flash attention: the same answer in O(N) memory
+#
+# Naive attention materialises the N x N matrix of scores (and, for backward, of probabilities). At N = 4096 with 8
+# heads in float32 that is 512 MiB per matrix. FlashAttention (Dao et al. 2022; Dao 2023) never forms it: it walks
+# over blocks of keys with an *online softmax*, keeping per query only a running max, a running sum and an
+# unnormalised output, and recomputes each block's probabilities in backward from the saved log-sum-exp.
+#
+# We build the online softmax by hand, then blockwise attention by hand, check both against the plain definitions,
+# and then measure the package's F.flash_attention against the naive path with `python -m tinyattn.bench`.
+
+# %%
+import json
+import subprocess
+import sys
+
+import numpy as np
+
+import tinyattn as ta
+import tinyattn.functional as F
+from tinyattn import viz
+from common import options, plot_path, progress, report
+
+args = options(__doc__)
+rng = np.random.default_rng(0)
+
+# %% [markdown]
+# ## Online softmax, by hand
+# softmax(x)_i = exp(x_i - m) / sum_j exp(x_j - m) for any m; m = max keeps exp from overflowing. Reading x in
+# chunks, keep the max m and the sum l of exp(x - m) so far. When a chunk raises the max to m', rescale the old sum
+# by exp(m - m') before adding the chunk's terms.
+
+# %%
+x = rng.standard_normal(1000) * 30
+m, l = -np.inf, 0.0
+for chunk in np.split(x, 10):
+    m_new = max(m, chunk.max())
+    l = l * np.exp(m - m_new) + np.exp(chunk - m_new).sum()
+    m = m_new
+online = np.exp(x - m) / l
+full = F.softmax(ta.tensor(x)).numpy()
+print(f"online softmax vs softmax: max |difference| = {np.abs(online - full).max():.1e}")
+assert np.allclose(online, full, atol=1e-15)
+
+# %% [markdown]
+# ## Blockwise attention, by hand (forward only)
+# The same trick with a weighted sum of values carried along: rescale the accumulated output by exp(m - m') too.
+
+# %%
+def blockwise_attention(q, k, v, block=64):
+    n, d = q.shape
+    out = np.empty_like(q)
+    for r in range(0, n, block):
+        qi = q[r:r + block] / np.sqrt(d)
+        m = np.full((len(qi), 1), -np.inf)
+        l = np.zeros((len(qi), 1))
+        acc = np.zeros((len(qi), v.shape[1]))
+        for c in range(0, len(k), block):
+            s = qi @ k[c:c + block].T
+            m_new = np.maximum(m, s.max(1, keepdims=True))
+            p = np.exp(s - m_new)
+            scale = np.exp(m - m_new)
+            l = l * scale + p.sum(1, keepdims=True)
+            acc = acc * scale + p @ v[c:c + block]
+            m = m_new
+        out[r:r + block] = acc / l
+    return out
+
+
+q, k, v = (rng.standard_normal((300, 32)) for _ in range(3))
+naive = F.scaled_dot_product_attention(ta.tensor(q), ta.tensor(k), ta.tensor(v)).numpy()
+print(f"blockwise by hand vs naive: {np.abs(blockwise_attention(q, k, v) - naive).max():.1e}")
+assert np.allclose(blockwise_attention(q, k, v), naive, atol=1e-12)
+
+# %% [markdown]
+# ## The package's flash attention, forward and backward, in float32
+# Causal, 8 heads, a length that is no multiple of the block size; outputs and all three gradients.
+
+# %%
+ta.manual_seed(0)
+n = 300 if args.quick else 1000
+qt, kt, vt = (ta.randn(2, 8, n, 64, requires_grad=True) for _ in range(3))
+grad_out = ta.randn(2, 8, n, 64)
+results = {}
+for name, attend in (("naive", F.scaled_dot_product_attention), ("flash", F.flash_attention)):
+    out = attend(qt, kt, vt, is_causal=True)
+    for t in (qt, kt, vt):
+        t.grad = None
+    (out * grad_out).sum().backward()
+    results[name] = [out.numpy()] + [t.grad.numpy() for t in (qt, kt, vt)]
+flash_err = max(float(np.abs(a - b).max()) for a, b in zip(results["flash"], results["naive"]))
+print(f"flash vs naive, float32, output and gradients: max |difference| = {flash_err:.1e}")
+
+# %% [markdown]
+# ## Memory and time against N
+# Each measurement runs `python -m tinyattn.bench attention` in a fresh process and reads `extra_mib`, the growth of
+# the process's peak resident memory during forward+backward (peak memory only ever grows, so one process each).
+
+# %%
+def bench(impl, n):
+    command = [sys.executable, "-m", "tinyattn.bench", "attention", "--impl", impl, "--n", str(n), "--heads", "8",
+               "--dim", "64", "--causal", "--reps", "1" if args.quick else "2"]
+    return json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout.splitlines()[-1])
+
+
+sizes = [128, 256] if args.quick else [512, 1024, 2048, 4096]
+measured = {"naive": {}, "flash": {}}
+for n in progress(sizes, desc="benchmarking"):
+    for impl in measured:
+        measured[impl][n] = bench(impl, n)
+largest = sizes[-1]
+memory_ratio = measured["flash"][largest]["extra_mib"] / measured["naive"][largest]["extra_mib"]
+time_ratio = measured["flash"][largest]["median_s"] / measured["naive"][largest]["median_s"]
+for n in sizes:
+    print(f"N={n:5d}  naive {measured['naive'][n]['extra_mib']:7.1f} MiB {measured['naive'][n]['median_s']:6.2f} s"
+          f"   flash {measured['flash'][n]['extra_mib']:6.1f} MiB {measured['flash'][n]['median_s']:6.2f} s")
+print(f"at N={largest}: flash uses {memory_ratio:.3f}x the naive path's extra memory and {time_ratio:.2f}x its time")
+
+# %%
+fig, axes = viz.plt.subplots(1, 2, figsize=(10, 3.4))
+for impl, marker in (("naive", "o"), ("flash", "s")):
+    axes[0].plot(sizes, [measured[impl][n]["extra_mib"] for n in sizes], marker=marker, label=impl)
+    axes[1].plot(sizes, [measured[impl][n]["median_s"] for n in sizes], marker=marker, label=impl)
+axes[0].set(xscale="log", yscale="log", xlabel="sequence length N", ylabel="extra peak memory (MiB)",
+            title="memory: N^2 against N")
+axes[1].set(xscale="log", yscale="log", xlabel="sequence length N", ylabel="forward+backward (s)", title="time")
+for ax in axes:
+    ax.legend()
+    ax.grid(alpha=0.3)
+viz.save(fig, plot_path(args, "04_flash_memory_time.png"))
+
+# %%
+assert flash_err <= 1e-5, flash_err
+if not args.quick:
+    assert memory_ratio <= 0.1, memory_ratio
+report(flash_max_abs_err=flash_err, flash_memory_ratio=memory_ratio, flash_time_ratio=time_ratio,
+       largest_n=largest)
