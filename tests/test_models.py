@@ -93,7 +93,8 @@ def test_vit_attention_maps_flash_and_distillation():
 
 
 @pytest.mark.parametrize("overrides", [{}, {"norm": "rms", "mlp": "swiglu"}, {"mlp": "moe", "n_kv_head": 2},
-                                       {"n_kv_head": 1, "position": "rope"}, {"tie_weights": True}])
+                                       {"n_kv_head": 1, "position": "rope"}, {"tie_weights": True},
+                                       {"prenorm": False}])
 def test_gpt_variants_overfit_and_flash_matches(overrides):
     ta.manual_seed(0)
     model = tiny_gpt(**overrides)

@@ -366,3 +366,14 @@ def test_shape_mismatch_on_load_is_named(tmp_path):
     ta.save({"encoder.weight": ta.zeros(2, 2)}, path)
     with pytest.raises(RuntimeError, match=r"encoder.weight: checkpoint \(2, 2\) vs model \(4, 3\)"):
         Tiny().load_state_dict(ta.load(path), strict=False)
+
+
+def test_fused_gru_cell_equals_the_composed_equations_and_gradchecks():
+    x_proj, h, w, b = randn(4, 9), randn(4, 3, seed=1), randn(9, 3, seed=2), randn(9, seed=3)
+    x_r, x_z, x_n = x_proj.chunk(3, dim=-1)
+    h_r, h_z, h_n = F.linear(h, w, b).chunk(3, dim=-1)
+    r, z = ta.sigmoid(x_r + h_r), ta.sigmoid(x_z + h_z)
+    n = ta.tanh(x_n + r * h_n)
+    np.testing.assert_allclose(host(F.gru_cell(x_proj, h, w, b)), host((1 - z) * n + z * h), rtol=1e-12)
+    assert ta.gradcheck(F.gru_cell, (x_proj, h, w, b))
+    assert ta.gradcheck(lambda x, h, w: F.gru_cell(x, h, w), (x_proj, h, w))

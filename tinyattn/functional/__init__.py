@@ -8,7 +8,7 @@ from ..ops import relu, sigmoid, tanh
 from ..tensor import Tensor
 from .attention import (additive_attention, attention_weights, causal_mask, flash_attention,
                         scaled_dot_product_attention)
-from .layers import conv2d, dropout, embedding, gelu, layer_norm, linear, rms_norm, silu
+from .layers import conv2d, dropout, embedding, gelu, gru_cell, layer_norm, linear, rms_norm, silu
 from .softmax import cross_entropy, log_softmax, mse_loss, softmax
 
 Tensor.softmax = lambda self, dim=-1: softmax(self, dim)

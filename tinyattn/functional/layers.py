@@ -59,6 +59,45 @@ def embedding(input, weight, padding_idx=None):
     return Embedding.apply(ids, weight, padding_idx)
 
 
+class GRUCell(Function):
+    """One GRU step given x_proj = x W_ih^T + b_ih (computed for all steps at once by the caller):
+    r = s(x_r + h_r), z = s(x_z + h_z), n = tanh(x_n + r * h_n), h' = (1 - z) n + z h, with h_* = h W_h*^T + b_h*.
+    Fused: one graph node per time step instead of about seventeen."""
+
+    @staticmethod
+    def forward(ctx, x_proj, h, w_hh, b_hh):
+        from ..ops import stable_sigmoid
+        xp = xp_of(h)
+        size = h.shape[-1]
+        gh = h @ w_hh.T
+        if b_hh is not None:
+            gh += b_hh
+        r = stable_sigmoid(x_proj[..., :size] + gh[..., :size])
+        z = stable_sigmoid(x_proj[..., size:2 * size] + gh[..., size:2 * size])
+        h_n = gh[..., 2 * size:]
+        n = xp.tanh(x_proj[..., 2 * size:] + r * h_n)
+        ctx.save_for_backward(h, r, z, n, h_n, w_hh)
+        return n + z * (h - n)
+
+    @staticmethod
+    def backward(ctx, grad):
+        h, r, z, n, h_n, w_hh = ctx.saved_tensors
+        xp = xp_of(grad)
+        d_n = grad * (1 - z) * (1 - n * n)                      # through tanh
+        d_r = d_n * h_n * r * (1 - r)                            # through the reset gate's sigmoid
+        d_z = grad * (h - n) * z * (1 - z)
+        d_x = xp.concatenate([d_r, d_z, d_n], axis=-1)           # gradient of x_proj
+        d_gh = xp.concatenate([d_r, d_z, d_n * r], axis=-1)      # gradient of h W_hh^T + b_hh
+        d_h = grad * z + d_gh @ w_hh
+        d_w = d_gh.reshape(-1, d_gh.shape[-1]).T @ h.reshape(-1, h.shape[-1]) if ctx.needs_input_grad[2] else None
+        d_b = d_gh.reshape(-1, d_gh.shape[-1]).sum(axis=0) if ctx.needs_input_grad[3] else None
+        return d_x, d_h, d_w, d_b
+
+
+def gru_cell(x_proj, h, w_hh, b_hh=None):
+    return GRUCell.apply(x_proj, h, w_hh, b_hh)
+
+
 def _normalized_axes(x, normalized_shape):
     normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     if x.shape[x.ndim - len(normalized_shape):] != normalized_shape:
@@ -122,44 +161,60 @@ def _erfc(x):
     """Complementary error function to about 1e-7 relative error (NumPy has none built in).
 
     A Chebyshev-fitted form, erfc(z) ~ t exp(-z^2 + poly(t)) with t = 1 / (1 + z/2) for z >= 0, and
-    erfc(-z) = 2 - erfc(z). Good to float32 precision everywhere; used by the exact GELU.
+    erfc(-z) = 2 - erfc(z). Good to float32 precision everywhere; used by the exact GELU. The polynomial runs in
+    place: this function was a third of a GPT training step otherwise.
     """
     xp = xp_of(x)
     z = xp.abs(x)
     t = 1 / (1 + 0.5 * z)
-    poly = 0.17087277
+    poly = xp.full_like(x, 0.17087277)
     for c in (-0.82215223, 1.48851587, -1.13520398, 0.27886807, -0.18628806, 0.09678418, 0.37409196,
               1.00002368, -1.26551223):
-        poly = c + t * poly
-    tail = t * xp.exp(-z * z + poly)
+        poly *= t
+        poly += c
+    poly -= z * z
+    tail = xp.exp(poly, out=poly)
+    tail *= t
     return xp.where(x >= 0, tail, 2 - tail)
 
 
 _SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
+_INV_SQRT_2PI = 1 / math.sqrt(2 * math.pi)
 
 
 class Gelu(Function):
+    """GELU(x) = x * Phi(x), Phi the standard normal CDF; its derivative is Phi(x) + x * phi(x)."""
+
     @staticmethod
     def forward(ctx, x, approximate):
         xp = xp_of(x)
-        ctx.save_for_backward(x)
         ctx.approximate = approximate
         if approximate == "tanh":
+            ctx.save_for_backward(x)
             return 0.5 * x * (1 + xp.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x ** 3)))
-        return 0.5 * x * _erfc(-x * (1 / math.sqrt(2)))
+        cdf = _erfc(x * (-1 / math.sqrt(2)))
+        cdf *= 0.5
+        ctx.save_for_backward(x, cdf)                    # kept for backward: erfc is the costly part
+        return x * cdf
 
     @staticmethod
     def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
-        xp = xp_of(x)
+        xp = xp_of(grad)
         if ctx.approximate == "tanh":
+            (x,) = ctx.saved_tensors
             inner = _SQRT_2_OVER_PI * (x + 0.044715 * x ** 3)
             th = xp.tanh(inner)
             d_inner = _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x * x)
             return grad * (0.5 * (1 + th) + 0.5 * x * (1 - th * th) * d_inner), None
-        cdf = 0.5 * _erfc(-x * (1 / math.sqrt(2)))
-        pdf = xp.exp(-0.5 * x * x) * (1 / math.sqrt(2 * math.pi))
-        return grad * (cdf + x * pdf), None
+        x, cdf = ctx.saved_tensors
+        slope = x * x                                    # phi(x) * x + Phi(x), built in one buffer
+        slope *= -0.5
+        xp.exp(slope, out=slope)
+        slope *= _INV_SQRT_2PI
+        slope *= x
+        slope += cdf
+        slope *= grad
+        return slope, None
 
 
 def gelu(input, approximate="none"):

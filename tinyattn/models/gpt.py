@@ -22,6 +22,7 @@ class GPTConfig:
     d_model: int = 128
     dropout: float = 0.0
     norm: str = "layer"              # "layer" | "rms"
+    prenorm: bool = True             # x + f(norm(x)) (GPT-2 on); False: norm(x + f(x)) (the original Transformer)
     mlp: str = "gelu"                # "gelu" | "swiglu" | "moe"
     n_experts: int = 4
     top_k: int = 2
@@ -50,9 +51,13 @@ class Block(nn.Module):
             self.mlp = nn.MoE(config.d_model, config.n_experts, config.top_k, dropout=config.dropout)
         else:
             raise ValueError(f"mlp must be 'gelu', 'swiglu' or 'moe', got {config.mlp!r}")
-        self.dropout = config.dropout
+        self.dropout, self.prenorm = config.dropout, config.prenorm
 
     def forward(self, x, cache=None, need_weights=False):
+        if not self.prenorm:
+            attended = self.attn(x, is_causal=True, cache=cache, need_weights=need_weights)
+            x = self.ln1(x + F.dropout(attended, self.dropout, self.training))
+            return self.ln2(x + self.mlp(x))
         attended = self.attn(self.ln1(x), is_causal=True, cache=cache, need_weights=need_weights)
         x = x + F.dropout(attended, self.dropout, self.training)
         return x + self.mlp(self.ln2(x))

@@ -21,13 +21,8 @@ def rnn_step(x_proj, h, w_hh, b_hh, nonlinearity="tanh"):
 
 
 def gru_step(x_proj, h, w_hh, b_hh):
-    """r = s(x_r + h_r), z = s(x_z + h_z), n = tanh(x_n + r * h_n), h' = (1 - z) n + z h."""
-    x_r, x_z, x_n = x_proj.chunk(3, dim=-1)
-    h_r, h_z, h_n = F.linear(h, w_hh, b_hh).chunk(3, dim=-1)
-    r = ops.sigmoid(x_r + h_r)
-    z = ops.sigmoid(x_z + h_z)
-    n = ops.tanh(x_n + r * h_n)
-    return n + z * (h - n)
+    """r = s(x_r + h_r), z = s(x_z + h_z), n = tanh(x_n + r * h_n), h' = (1 - z) n + z h (fused: F.gru_cell)."""
+    return F.gru_cell(x_proj, h, w_hh, b_hh)
 
 
 def lstm_step(x_proj, state, w_hh, b_hh):

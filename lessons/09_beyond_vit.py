@@ -1,0 +1,113 @@
+# %% [markdown]
+# # 09 · Beyond ViT: distillation, shifted windows, and no attention at all
+#
+# Three answers to "ViTs need a lot of data and compute":
+# - **DeiT** (Touvron et al. 2021) adds a distillation token that learns from a CNN teacher's predictions, borrowing
+#   the CNN's built-in knowledge of images.
+# - **Swin** (Liu et al. 2021) attends only within local windows, shifted every other block, and merges patches
+#   between stages: a hierarchy like a CNN's, with cost linear in image area.
+# - **MLP-Mixer** (Tolstikhin et al. 2021) drops attention: an MLP mixes across patches, another across channels.
+#
+# All train on scikit-learn's 8x8 digits upscaled to 16x16, against the small CNN that also serves as DeiT's teacher.
+
+# %%
+import time
+
+import numpy as np
+
+import tinyattn as ta
+import tinyattn.functional as F
+from tinyattn import models, optim, viz
+from tinyattn.data import DigitCanvases, batches
+from common import options, plot_path, progress, report
+
+args = options(__doc__)
+ta.manual_seed(0)
+data = DigitCanvases(canvas=16, scale=2, jitter=False)
+train, val, test = data.split["train"], data.split["val"], data.split["test"]
+epochs = 2 if args.quick else 20
+
+
+def accuracy(model, rows):
+    model.eval()
+    with ta.no_grad():
+        logits = model(ta.tensor(data.images[rows]))
+    model.train()
+    return float((logits.numpy().argmax(-1) == data.labels[rows]).mean())
+
+
+def fit(model, name, loss_fn=None, lr=2e-3):
+    """AdamW with warm-up and cosine decay over `epochs`; returns test accuracy, validation curve, seconds."""
+    loss_fn = loss_fn or (lambda images, labels: F.cross_entropy(model(images), labels))
+    optimizer = optim.AdamW(model.parameters(), lr=lr, weight_decay=0.05)
+    total = epochs * -(-len(train) // 64)
+    schedule = optim.LambdaLR(optimizer, optim.warmup_cosine(total // 10, total))
+    rng = np.random.default_rng(0)
+    curve, start = [], time.perf_counter()
+    for _ in progress(range(epochs), desc=name):
+        for idx in batches(len(train), 64, rng):
+            rows = train[idx]
+            loss = loss_fn(ta.tensor(data.images[rows]), ta.tensor(data.labels[rows]))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+        curve.append(accuracy(model, val))
+    return accuracy(model, test), curve, time.perf_counter() - start
+
+# %% [markdown]
+# ## The CNN baseline (and teacher)
+
+# %%
+cnn = models.SmallCNN(models.CNNConfig(width=16))
+results = {"CNN": fit(cnn, "CNN", lr=1e-2)}
+
+# %% [markdown]
+# ## DeiT: a distillation token taught by the CNN
+# Hard distillation: the class token learns the labels, the distillation token learns the teacher's argmax. At test
+# time the two heads' logits are averaged.
+
+# %%
+deit = models.ViT(models.ViTConfig(image_size=16, patch_size=4, d_model=64, depth=3, n_heads=4, mlp_ratio=2,
+                                   distillation=True))
+cnn.eval()
+
+
+def deit_loss(images, labels):
+    with ta.no_grad():
+        teacher = cnn(images)
+    class_logits, dist_logits = deit(images)
+    return models.deit_hard_distillation_loss(class_logits, dist_logits, labels, teacher)
+
+
+results["DeiT"] = fit(deit, "DeiT", deit_loss, lr=3e-3)
+
+# %% [markdown]
+# ## Swin: windows of 4x4 patches, shifted by 2 in every second block, merged between stages
+
+# %%
+swin = models.Swin(models.SwinConfig(image_size=16, patch_size=2, embed_dim=32, depths=(2, 2), num_heads=(2, 4),
+                                     window_size=4))
+results["Swin"] = fit(swin, "Swin", lr=3e-3)
+
+# %% [markdown]
+# ## MLP-Mixer: no attention
+
+# %%
+mixer = models.MLPMixer(models.MixerConfig(image_size=16, patch_size=4, d_model=64, depth=4, token_hidden=32,
+                                           channel_hidden=128))
+results["Mixer"] = fit(mixer, "Mixer")
+
+# %%
+for name, model in (("CNN", cnn), ("DeiT", deit), ("Swin", swin), ("Mixer", mixer)):
+    acc, _, seconds = results[name]
+    print(f"{name:6} test accuracy {acc:.3f}   {model.num_parameters():7,} parameters   {seconds:5.1f} s")
+viz.save(viz.curves({name: r[1] for name, r in results.items()}, xlabel="epoch", ylabel="validation accuracy",
+                    title="digits, 16x16"), plot_path(args, "09_beyond_vit.png"))
+
+# %%
+if not args.quick:
+    for name in ("DeiT", "Swin", "Mixer"):
+        assert results[name][0] >= 0.9, (name, results[name][0])
+report(cnn_test_acc=results["CNN"][0], deit_test_acc=results["DeiT"][0], swin_test_acc=results["Swin"][0],
+       mixer_test_acc=results["Mixer"][0])

@@ -1,0 +1,60 @@
+"""Every lesson runs top to bottom with --quick, writes its figures and ends with a RESULT line that carries its
+metrics. (The full runs and their targets are checked by the lessons' own asserts, outside the test suite.)"""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+LESSONS = sorted((ROOT / "lessons").glob("[0-9][0-9]_*.py"))
+EXPECTED_KEYS = {
+    "01": {"bottleneck_long_acc_plain", "bottleneck_long_acc_attention"},
+    "02": {"dates_exact_match", "dates_alignment"},
+    "03": {"sdpa_max_abs_err", "multihead_max_abs_err", "equivariance_err"},
+    "04": {"flash_max_abs_err", "flash_memory_ratio"},
+    "05": {"translation_exact_match"},
+    "06": {"lm_val_bpc", "lm_bigram_bpc", "kv_cache_speedup"},
+    "07": {"pre-norm_val_bpc", "mqa_val_bpc", "kv_bytes_per_token"},
+    "08": {"vit_test_acc"},
+    "09": {"deit_test_acc", "swin_test_acc", "mixer_test_acc"},
+    "10": {"caption_exact_match"},
+}
+
+
+def run(args, tmp_path, timeout=120):
+    env = {**os.environ, "TINYATTN_PLOTS": str(tmp_path), "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([sys.executable] + args, cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def test_every_lesson_has_expected_keys():
+    assert {p.name[:2] for p in LESSONS} == set(EXPECTED_KEYS)
+
+
+@pytest.mark.parametrize("lesson", LESSONS, ids=lambda p: p.stem)
+def test_lesson_quick_run(lesson, tmp_path):
+    result = run([str(lesson), "--quick"], tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
+    assert len(lines) == 1 and result.stdout.rstrip().endswith(lines[0]), "RESULT must be the last line, once"
+    metrics = json.loads(lines[0][len("RESULT "):])
+    missing = EXPECTED_KEYS[lesson.name[:2]] - set(metrics)
+    assert not missing, f"RESULT lacks {missing}"
+    figures = list(tmp_path.glob("*.png"))
+    assert figures, "the lesson wrote no figure"
+    assert all(f.name.startswith(lesson.name[:2]) for f in figures)
+
+
+def test_lessons_listing_and_step_mode(tmp_path):
+    listing = run(["-m", "lessons"], tmp_path)
+    assert listing.returncode == 0
+    assert all(f"{p.name[:2]}  " in listing.stdout for p in LESSONS)
+    stepped = run(["-m", "lessons", "03", "--step", "--quick"], tmp_path)
+    assert stepped.returncode == 0, stepped.stderr[-2000:]
+    assert "----- cell" in stepped.stdout and "## Masking" in stepped.stdout
+    assert stepped.stdout.rstrip().splitlines()[-1].startswith("RESULT ")
+    missing = run(["-m", "lessons", "99"], tmp_path)
+    assert missing.returncode != 0 and "no lesson" in missing.stderr
