@@ -20,7 +20,7 @@ from common import options, plot_path, progress, report
 
 args = options(__doc__)
 ta.manual_seed(0)
-min_len, max_len = (3, 10) if args.quick else (4, 24)
+min_len, max_len = (3, 10) if args.quick else (4, 20)
 train = SequenceTask("copy", n=2000 if args.quick else 12000, min_len=min_len, max_len=max_len, seed=0)
 test = SequenceTask("copy", n=300 if args.quick else 1500, min_len=min_len, max_len=max_len, seed=1)
 vocab = train.vocab
@@ -43,7 +43,7 @@ for name, model in (("plain", plain), ("attention", attentive)):
 # Each batch is trimmed to its longest sequence, so short batches cost less.
 
 # %%
-steps, batch_size = (60, 32) if args.quick else (900, 64)
+steps, batch_size = (60, 32) if args.quick else (600, 64)
 
 
 def batch(task, rows):

@@ -38,7 +38,7 @@ print(f"{model.num_parameters():,} parameters")
 # AdamW with a linear warm-up and cosine decay (post-norm Transformers are fragile in their first steps).
 
 # %%
-steps, batch_size = (80, 64) if args.quick else (1500, 128)
+steps, batch_size = (80, 64) if args.quick else (600, 128)
 optimizer = optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.01)
 schedule = optim.LambdaLR(optimizer, optim.warmup_cosine(warmup_steps=steps // 10, total_steps=steps))
 rng = np.random.default_rng(0)

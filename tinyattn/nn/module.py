@@ -240,28 +240,9 @@ class Module:
         return head + "\n  " + "\n  ".join(lines) + "\n)"
 
 
-class Sequential(Module):
-    def __init__(self, *modules):
-        super().__init__()
-        for i, module in enumerate(modules):
-            setattr(self, str(i), module)
-
-    def __getitem__(self, i):
-        return list(self._modules.values())[i]
-
-    def __len__(self):
-        return len(self._modules)
-
-    def __iter__(self):
-        return iter(self._modules.values())
-
-    def forward(self, x):
-        for module in self._modules.values():
-            x = module(x)
-        return x
-
-
 class ModuleList(Module):
+    """A list of modules, registered under their positions ("0", "1", ...)."""
+
     def __init__(self, modules=()):
         super().__init__()
         for module in modules:
@@ -279,3 +260,15 @@ class ModuleList(Module):
 
     def __iter__(self):
         return iter(self._modules.values())
+
+
+class Sequential(ModuleList):
+    """Modules applied one after the other: Sequential(a, b, c)(x) == c(b(a(x)))."""
+
+    def __init__(self, *modules):
+        super().__init__(modules)
+
+    def forward(self, x):
+        for module in self._modules.values():
+            x = module(x)
+        return x
