@@ -93,8 +93,9 @@ print(f"flash vs naive, float32, output and gradients: max |difference| = {flash
 
 # %% [markdown]
 # ## Memory and time against N
-# Each measurement runs `python -m tinyattn.bench attention` in a fresh process and reads `extra_mib`, the growth of
-# the process's peak resident memory during forward+backward (peak memory only ever grows, so one process each).
+# Each measurement runs `python -m tinyattn.bench attention` in a fresh process and reads `traced_peak_mib`: the
+# most memory that one forward+backward allocated at once, as NumPy reports it to Python's tracemalloc. (The bench
+# also reports `extra_mib`, the growth of the process's peak resident memory, which the allocator can blur.)
 
 # %%
 def bench(impl, n):
@@ -103,24 +104,23 @@ def bench(impl, n):
     return json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout.splitlines()[-1])
 
 
-sizes = [512, 1024] if args.quick else [512, 1024, 2048, 4096]
+sizes = [256, 512] if args.quick else [512, 1024, 2048, 4096]
 measured = {"naive": {}, "flash": {}}
 for n in progress(sizes, desc="benchmarking"):
     for impl in measured:
         measured[impl][n] = bench(impl, n)
 largest = sizes[-1]
-naive_extra = measured["naive"][largest]["extra_mib"]
-memory_ratio = measured["flash"][largest]["extra_mib"] / naive_extra if naive_extra > 0 else None  # None: too small
+memory_ratio = measured["flash"][largest]["traced_peak_mib"] / measured["naive"][largest]["traced_peak_mib"]
 time_ratio = measured["flash"][largest]["median_s"] / measured["naive"][largest]["median_s"]
 for n in sizes:
-    print(f"N={n:5d}  naive {measured['naive'][n]['extra_mib']:7.1f} MiB {measured['naive'][n]['median_s']:6.2f} s"
-          f"   flash {measured['flash'][n]['extra_mib']:6.1f} MiB {measured['flash'][n]['median_s']:6.2f} s")
-print(f"at N={largest}: flash uses {memory_ratio}x the naive path's extra memory and {time_ratio:.2f}x its time")
+    print(f"N={n:5d}  naive {measured['naive'][n]['traced_peak_mib']:7.1f} MiB {measured['naive'][n]['median_s']:6.2f} s"
+          f"   flash {measured['flash'][n]['traced_peak_mib']:6.1f} MiB {measured['flash'][n]['median_s']:6.2f} s")
+print(f"at N={largest}: flash uses {memory_ratio:.3f}x the naive path's extra memory and {time_ratio:.2f}x its time")
 
 # %%
 fig, axes = viz.plt.subplots(1, 2, figsize=(10, 3.4))
 for impl, marker in (("naive", "o"), ("flash", "s")):
-    axes[0].plot(sizes, [measured[impl][n]["extra_mib"] for n in sizes], marker=marker, label=impl)
+    axes[0].plot(sizes, [measured[impl][n]["traced_peak_mib"] for n in sizes], marker=marker, label=impl)
     axes[1].plot(sizes, [measured[impl][n]["median_s"] for n in sizes], marker=marker, label=impl)
 axes[0].set(xscale="log", yscale="log", xlabel="sequence length N", ylabel="extra peak memory (MiB)",
             title="memory: N^2 against N")

@@ -23,7 +23,7 @@ from common import options, plot_path, progress, report
 
 args = options(__doc__)
 corpus = CharCorpus(max_chars=60_000 if args.quick else None)
-base = dict(vocab_size=len(corpus.vocab), block_size=64, n_layer=2, n_head=4, d_model=64 if args.quick else 96)
+base = dict(vocab_size=len(corpus.vocab), block_size=64, n_layer=2, n_head=4, d_model=64)
 variants = {
     "pre-norm (baseline)": {},
     "post-norm": {"prenorm": False},
@@ -33,7 +33,7 @@ variants = {
     "GQA (2 KV heads)": {"n_kv_head": 2},
     "MQA (1 KV head)": {"n_kv_head": 1},
 }
-steps, batch_size = (15, 8) if args.quick else (250, 16)
+steps, batch_size = (15, 8) if args.quick else (150, 16)
 
 # %%
 def train(overrides, label):
