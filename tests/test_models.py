@@ -213,3 +213,12 @@ def test_captioner_overfits_and_attends_over_patches():
     xd = ta.tensor(host(x).astype(np.float64), requires_grad=True)
     assert ta.gradcheck(lambda x, *ps: model(x, caps[:, :-1])[0], (xd, *model.parameters()), full_jacobian=False,
                         directions=1)
+
+
+def test_transformer_flash_equals_naive():
+    config = dict(src_vocab=12, tgt_vocab=12, d_model=16, n_heads=2, n_layers=2, dropout=0.0)
+    naive = models.Transformer(models.TransformerConfig(**config))
+    flash = models.Transformer(models.TransformerConfig(impl="flash", **config))
+    flash.load_state_dict(naive.state_dict())
+    src, tgt = ta.tensor([[5, 6, 7, 8, 0], [9, 10, 11, 0, 0]]), ta.tensor([[1, 8, 7, 6], [1, 11, 10, 0]])
+    np.testing.assert_allclose(host(flash(src, tgt)), host(naive(src, tgt)), atol=1e-5)
