@@ -14,8 +14,11 @@ def options(description=""):
     """--quick: a tiny configuration for smoke tests (seconds); otherwise the real one (minutes on 2 CPU cores)."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--quick", action="store_true", help="tiny configuration that finishes in seconds")
-    parser.add_argument("--plots", default=os.environ.get("TINYATTN_PLOTS", PLOTS), help="folder for figures")
+    parser.add_argument("--plots", default=os.environ.get("TINYATTN_PLOTS"),
+                        help="folder for figures (default plots/, or plots/quick/ with --quick)")
     args, _ = parser.parse_known_args()   # tolerate a notebook kernel's own arguments
+    # Quick runs keep out of plots/, whose figures come from the real runs and are shown in the README.
+    args.plots = args.plots or (os.path.join(PLOTS, "quick") if args.quick else PLOTS)
     os.makedirs(args.plots, exist_ok=True)
     return args
 
