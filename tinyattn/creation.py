@@ -33,8 +33,10 @@ def tensor(data, requires_grad=False, dtype=None, device=None):
 
 
 def as_tensor(data, dtype=None, device=None):
-    return data if isinstance(data, Tensor) and dtype is None and device is None else tensor(data, dtype=dtype,
-                                                                                              device=device)
+    """data itself when it is already a Tensor and nothing is to change; otherwise a new tensor."""
+    if isinstance(data, Tensor) and dtype is None and device is None:
+        return data
+    return tensor(data, dtype=dtype, device=device)
 
 
 def _shape(size):

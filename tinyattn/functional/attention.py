@@ -34,15 +34,18 @@ def _grouped(q, k, v, mask, enable_gqa):
     return q, k, v, mask, groups
 
 
+def additive_mask(mask, dtype):
+    """A mask as something to add to scores: boolean True (may attend) -> 0, False -> -inf; a float mask as it is."""
+    if mask is None or mask.dtype != bool:
+        return mask
+    xp = xp_of(mask)
+    return xp.where(mask, xp.zeros((), dtype=dtype), xp.asarray(-xp.inf, dtype=dtype))
+
+
 def _masked_scores(q, k, mask, scale):
-    """scale * q k^T with the mask applied: a boolean mask keeps True (False -> -inf), a float mask is added."""
-    xp = xp_of(q)
-    scores = (q * scale) @ xp.swapaxes(k, -1, -2)
-    if mask is None:
-        return scores
-    if mask.dtype == bool:
-        return xp.where(mask, scores, xp.asarray(-xp.inf, dtype=scores.dtype))
-    return scores + mask
+    """scale * q k^T plus the mask as an additive bias."""
+    scores = (q * scale) @ xp_of(q).swapaxes(k, -1, -2)
+    return scores if mask is None else scores + additive_mask(mask, scores.dtype)
 
 
 def causal_mask(query_len, key_len, xp, offset=0):
@@ -165,12 +168,11 @@ def _block_bias(mask, rows, cols, is_causal, like):
     xp = xp_of(like)
     bias = None
     if is_causal and cols.stop - 1 > rows.start:                        # the block crosses the diagonal
-        above = xp.arange(cols.start, cols.stop)[None, :] > xp.arange(rows.start, rows.stop)[:, None]
-        bias = xp.where(above, xp.asarray(-xp.inf, dtype=like.dtype), xp.zeros((), dtype=like.dtype))
+        may_see = xp.arange(cols.start, cols.stop)[None, :] <= xp.arange(rows.start, rows.stop)[:, None]
+        bias = additive_mask(may_see, like.dtype)
     if mask is not None:
         part = mask[..., rows if mask.shape[-2] != 1 else slice(None), cols if mask.shape[-1] != 1 else slice(None)]
-        if part.dtype == bool:
-            part = xp.where(part, xp.zeros((), dtype=like.dtype), xp.asarray(-xp.inf, dtype=like.dtype))
+        part = additive_mask(part, like.dtype)
         bias = part if bias is None else bias + part
     return bias
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from .. import backend, ops
 from .. import functional as F
+from ..creation import zeros
 from ..tensor import Tensor
 from .. import nn
 
@@ -50,12 +51,12 @@ class ViT(nn.Module):
         self.config = config
         self.patch_embed = nn.PatchEmbed(config.image_size, config.patch_size, config.in_chans, config.d_model)
         self.num_prefix = 2 if config.distillation else 1
-        self.cls_token = nn.init.trunc_normal_(nn.Parameter(_empty(1, 1, config.d_model)), std=0.02)
+        self.cls_token = nn.init.trunc_normal_(nn.Parameter(zeros(1, 1, config.d_model)), std=0.02)
         if config.distillation:
-            self.dist_token = nn.init.trunc_normal_(nn.Parameter(_empty(1, 1, config.d_model)), std=0.02)
+            self.dist_token = nn.init.trunc_normal_(nn.Parameter(zeros(1, 1, config.d_model)), std=0.02)
         tokens = self.num_prefix + self.patch_embed.num_patches
         if config.position == "learned":
-            self.pos_embed = nn.init.trunc_normal_(nn.Parameter(_empty(1, tokens, config.d_model)), std=0.02)
+            self.pos_embed = nn.init.trunc_normal_(nn.Parameter(zeros(1, tokens, config.d_model)), std=0.02)
         elif config.position == "sincos2d":
             grid = self.patch_embed.grid
             table = nn.sincos_2d_table(grid, grid, config.d_model)
@@ -96,10 +97,6 @@ class ViT(nn.Module):
             dist_logits = self.head_dist(x[:, 1])
             logits = (logits, dist_logits) if self.training else (logits + dist_logits) * 0.5
         return (logits, maps) if return_attention else logits
-
-
-def _empty(*shape):
-    return backend.xp_for(backend.default_device()).zeros(shape, dtype=backend.float32)
 
 
 def deit_hard_distillation_loss(class_logits, dist_logits, labels, teacher_logits):

@@ -10,6 +10,7 @@ Mask conventions, in one place:
 """
 from .. import backend, ops
 from .. import functional as F
+from ..creation import zeros
 from ..tensor import Tensor
 from .layers import Linear, _parameter
 from .module import Module, Parameter
@@ -236,7 +237,7 @@ class SelfAttention2d(Module):
     def __init__(self, channels, num_heads=1):
         super().__init__()
         self.attention = MultiHeadAttention(channels, num_heads)
-        self.gamma = Parameter(backend.xp_for(backend.default_device()).zeros(1, dtype=backend.float32))
+        self.gamma = Parameter(zeros(1))
 
     def forward(self, x, need_weights=False):
         b, c, h, w = x.shape

@@ -51,7 +51,7 @@ class _Cell(Module):
         self.bias_hh = _parameter(gates) if bias else None
         _init_weights(self, [n for n, _ in self.named_parameters()], hidden_size)
 
-    def _prepare(self, x, hx):
+    def _prepare(self, x):
         """Unbatched input (input_size,) is treated as a batch of one, as in PyTorch."""
         if x.shape[-1] != self.input_size:
             raise ValueError(f"{type(self).__name__} expects input of size {self.input_size}, got shape {x.shape}")
@@ -70,7 +70,7 @@ class RNNCell(_Cell):
         self.nonlinearity = nonlinearity
 
     def forward(self, x, hx=None):
-        x, batched, zero = self._prepare(x, hx)
+        x, batched, zero = self._prepare(x)
         h = zero if hx is None else (hx if batched else hx.unsqueeze(0))
         h = rnn_step(F.linear(x, self.weight_ih, self.bias_ih), h, self.weight_hh, self.bias_hh, self.nonlinearity)
         return h if batched else h.squeeze(0)
@@ -80,7 +80,7 @@ class GRUCell(_Cell):
     kind = "GRU"
 
     def forward(self, x, hx=None):
-        x, batched, zero = self._prepare(x, hx)
+        x, batched, zero = self._prepare(x)
         h = zero if hx is None else (hx if batched else hx.unsqueeze(0))
         h = gru_step(F.linear(x, self.weight_ih, self.bias_ih), h, self.weight_hh, self.bias_hh)
         return h if batched else h.squeeze(0)
@@ -90,7 +90,7 @@ class LSTMCell(_Cell):
     kind = "LSTM"
 
     def forward(self, x, hx=None):
-        x, batched, zero = self._prepare(x, hx)
+        x, batched, zero = self._prepare(x)
         h, c = (zero, zero) if hx is None else (hx if batched else tuple(t.unsqueeze(0) for t in hx))
         h, c = lstm_step(F.linear(x, self.weight_ih, self.bias_ih), (h, c), self.weight_hh, self.bias_hh)
         return (h, c) if batched else (h.squeeze(0), c.squeeze(0))
