@@ -129,6 +129,11 @@ def test_activations():
     import math as m
     exact = np.array([0.5 * v * (1 + m.erf(v / m.sqrt(2))) for v in host(x).ravel()]).reshape(4, 5)
     np.testing.assert_allclose(host(F.gelu(x)), exact, atol=2e-7)
+    # Exact GELU keeps relative precision in the far negative tail too (erfc, not 1 + erf, as the reference).
+    grid = np.linspace(-12.0, 8.0, 2001)
+    exact = np.array([0.5 * v * m.erfc(-v / m.sqrt(2)) for v in grid])
+    np.testing.assert_allclose(host(F.gelu(ta.tensor(grid))), exact, rtol=3e-8, atol=0)
+    np.testing.assert_allclose(host(F.gelu(ta.tensor(grid.astype(np.float32)))), exact, rtol=2e-5, atol=3e-7)
     tanh_form = 0.5 * host(x) * (1 + np.tanh(np.sqrt(2 / np.pi) * (host(x) + 0.044715 * host(x) ** 3)))
     np.testing.assert_allclose(host(F.gelu(x, approximate="tanh")), tanh_form, rtol=1e-12)
     np.testing.assert_allclose(host(F.silu(x)), host(x) / (1 + np.exp(-host(x))), rtol=1e-12)

@@ -200,10 +200,16 @@ class Tanh(Function):
 
 
 def stable_sigmoid(x):
-    """1 / (1 + exp(-x)) without overflow for large |x| (exp only ever sees -|x|)."""
+    """1 / (1 + exp(-x)) without overflow: with e = exp(-|x|), it is 1 / (1 + e) for x >= 0 and e / (1 + e) for
+    x < 0 (not 1 - 1 / (1 + e), which rounds small values to 0)."""
     xp = xp_of(x)
     e = xp.exp(-xp.abs(x))
-    return xp.where(x >= 0, 1 / (1 + e), e / (1 + e))
+    negative = x < 0
+    numerator = negative * e       # e where x < 0, else 1: arithmetic, as NumPy's where() is slow on mixed signs
+    numerator += ~negative
+    e += 1
+    numerator /= e
+    return numerator
 
 
 class Sigmoid(Function):

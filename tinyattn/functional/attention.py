@@ -5,7 +5,7 @@ import math
 from ..backend import xp_of
 from ..tensor import Function, Tensor
 from .layers import keep_mask
-from .softmax import softmax_array, softmax_backward
+from .softmax import softmax_array
 
 
 def _grouped(q, k, v, mask, enable_gqa):
@@ -42,10 +42,17 @@ def additive_mask(mask, dtype):
     return xp.where(mask, xp.zeros((), dtype=dtype), xp.asarray(-xp.inf, dtype=dtype))
 
 
+def _scores(q_scaled, k_t, bias):
+    """q k^T (q already scaled) plus a mask bias, added in place: attention's largest array is made only once."""
+    scores = q_scaled @ k_t
+    if bias is not None:
+        scores += bias
+    return scores
+
+
 def _masked_scores(q, k, mask, scale):
     """scale * q k^T plus the mask as an additive bias."""
-    scores = (q * scale) @ xp_of(q).swapaxes(k, -1, -2)
-    return scores if mask is None else scores + additive_mask(mask, scores.dtype)
+    return _scores(q * scale, xp_of(q).swapaxes(k, -1, -2), additive_mask(mask, q.dtype))
 
 
 def causal_mask(query_len, key_len, xp, offset=0):
@@ -58,31 +65,38 @@ class ScaledDotProductAttention(Function):
     def forward(ctx, q, k, v, mask, scale, dropout_p, enable_gqa):
         out_shape = q.shape[:-1] + v.shape[-1:]
         q_g, k_g, v_g, mask_g, groups = _grouped(q, k, v, mask, enable_gqa)
-        probs = softmax_array(_masked_scores(q_g, k_g, mask_g, scale), -1)
+        probs = softmax_array(_masked_scores(q_g, k_g, mask_g, scale), -1, inplace=True)
         keep = None
         dropped = probs
         if dropout_p > 0:
             keep = keep_mask(probs.shape, dropout_p, probs)
             dropped = probs * keep * (1.0 / (1.0 - dropout_p))
-        ctx.save_for_backward(q_g, k_g, v_g, probs, keep)
+        out = dropped @ v_g
+        ctx.save_for_backward(q_g, k_g, v_g, probs, keep, out)
         ctx.scale, ctx.dropout_p, ctx.groups = scale, dropout_p, groups
         ctx.shapes = (q.shape, k.shape, v.shape, None if mask is None else mask.shape)
-        return (dropped @ v_g).reshape(out_shape)
+        return out.reshape(out_shape)
 
     @staticmethod
     def backward(ctx, grad):
-        q, k, v, probs, keep = ctx.saved_tensors
+        q, k, v, probs, keep, out = ctx.saved_tensors
         xp = xp_of(grad)
         q_shape, k_shape, v_shape, mask_shape = ctx.shapes
-        grad = grad.reshape(q.shape[:-1] + v.shape[-1:])
+        grad = grad.reshape(out.shape)
         dropped = probs if keep is None else probs * keep * (1.0 / (1.0 - ctx.dropout_p))
         grad_v = xp.swapaxes(dropped, -1, -2) @ grad
-        grad_probs = grad @ xp.swapaxes(v, -1, -2)
+        grad_scores = grad @ xp.swapaxes(v, -1, -2)                     # dP, turned into dS in place:
         if keep is not None:
-            grad_probs = grad_probs * keep * (1.0 / (1.0 - ctx.dropout_p))
-        grad_scores = softmax_backward(probs, grad_probs, -1)
-        grad_q = (grad_scores @ k) * ctx.scale
-        grad_k = (xp.swapaxes(grad_scores, -1, -2) @ q) * ctx.scale
+            grad_scores *= keep
+            grad_scores *= 1.0 / (1.0 - ctx.dropout_p)
+        # Softmax backward, dS = P * (dP - rowsum(dP * P)), with rowsum(dP * P) = rowsum(dO * O) (FlashAttention's
+        # identity, dropout included): a sum over E values per row instead of over an L x S temporary.
+        grad_scores -= (grad * out).sum(axis=-1, keepdims=True)
+        grad_scores *= probs
+        grad_q = grad_scores @ k
+        grad_q *= ctx.scale
+        grad_k = xp.swapaxes(grad_scores, -1, -2) @ q
+        grad_k *= ctx.scale
         if ctx.groups > 1:  # each key/value head served a group of query heads: their gradients add up
             grad_k, grad_v = grad_k.sum(axis=-3), grad_v.sum(axis=-3)
         grad_mask = None
@@ -121,7 +135,7 @@ def attention_weights(query, key, attn_mask=None, is_causal=False, scale=None, e
     mask = mask.data if isinstance(mask, Tensor) else mask
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
     q, k, _, mask, _ = _grouped(query.data, key.data, key.data, mask, enable_gqa)
-    probs = softmax_array(_masked_scores(q, k, mask, scale), -1)
+    probs = softmax_array(_masked_scores(q, k, mask, scale), -1, inplace=True)
     return Tensor(probs.reshape(query.shape[:-1] + (key.shape[-2],)))
 
 
@@ -177,14 +191,6 @@ def _block_bias(mask, rows, cols, is_causal, like):
     return bias
 
 
-def _block_scores(q_block, k_block_t, bias):
-    """q k^T (q already scaled) plus the block's mask bias, added in place."""
-    scores = q_block @ k_block_t
-    if bias is not None:
-        scores += bias
-    return scores
-
-
 def _last_column_block(row_stop, key_len, is_causal):
     """Column blocks starting at or after this are entirely above the causal diagonal for these rows."""
     return min(key_len, row_stop) if is_causal else key_len
@@ -218,7 +224,7 @@ class FlashAttention(Function):
             acc = xp.zeros(q_block.shape[:-1] + v.shape[-1:], dtype=q.dtype)
             for c0 in range(0, _last_column_block(rows.stop, m_len, is_causal), block_size):
                 cols = slice(c0, min(c0 + block_size, m_len))
-                scores = _block_scores(q_block, k_t[..., cols], _block_bias(mask, rows, cols, is_causal, q))
+                scores = _scores(q_block, k_t[..., cols], _block_bias(mask, rows, cols, is_causal, q))
                 new_max = xp.maximum(running_max, scores.max(axis=-1, keepdims=True))
                 shift = xp.where(new_max == minus_inf, zero, new_max)   # a row masked so far: exp(-inf) = 0
                 scores -= shift
@@ -258,7 +264,7 @@ class FlashAttention(Function):
             for r0 in range(first_row, n, block_size):
                 rows = slice(r0, min(r0 + block_size, n))
                 q_block, grad_block = q_scaled[..., rows, :], grad[..., rows, :]
-                scores = _block_scores(q_block, k_t[..., cols], _block_bias(mask, rows, cols, is_causal, q))
+                scores = _scores(q_block, k_t[..., cols], _block_bias(mask, rows, cols, is_causal, q))
                 scores -= lse[..., rows, :]          # exact: L holds each row's max and sum (+inf if fully masked)
                 probs = xp.exp(scores, out=scores)
                 grad_v[..., cols, :] += xp.swapaxes(probs, -1, -2) @ grad_block

@@ -9,21 +9,25 @@ from ..tensor import Function, Tensor
 class Linear(Function):
     """y = x W^T + b with W shaped (out_features, in_features), as nn.Linear."""
 
+    # Every leading dimension is a batch of rows: one large 2-D matmul over all of them is faster than the
+    # stacked matmul NumPy would run for a 3-D input.
     @staticmethod
     def forward(ctx, x, weight, bias):
-        ctx.save_for_backward(x, weight)
-        y = x @ weight.T
-        return y if bias is None else y + bias
+        rows = x.reshape(-1, x.shape[-1])
+        ctx.save_for_backward(rows, weight)
+        ctx.x_shape = x.shape
+        y = rows @ weight.T
+        if bias is not None:
+            y += bias
+        return y.reshape(x.shape[:-1] + weight.shape[:1])
 
     @staticmethod
     def backward(ctx, grad):
-        x, weight = ctx.saved_tensors
-        grad_x = grad @ weight if ctx.needs_input_grad[0] else None
-        grad_w = None
-        if ctx.needs_input_grad[1]:
-            # Every leading dimension is a batch of rows: one large matmul over all of them.
-            grad_w = grad.reshape(-1, grad.shape[-1]).T @ x.reshape(-1, x.shape[-1])
-        grad_b = grad.reshape(-1, grad.shape[-1]).sum(axis=0) if ctx.needs_input_grad[2] else None
+        rows, weight = ctx.saved_tensors
+        grad = grad.reshape(-1, grad.shape[-1])
+        grad_x = (grad @ weight).reshape(ctx.x_shape) if ctx.needs_input_grad[0] else None
+        grad_w = grad.T @ rows if ctx.needs_input_grad[1] else None
+        grad_b = grad.sum(axis=0) if ctx.needs_input_grad[2] else None
         return grad_x, grad_w, grad_b
 
 
@@ -98,84 +102,122 @@ def gru_cell(x_proj, h, w_hh, b_hh=None):
     return GRUCell.apply(x_proj, h, w_hh, b_hh)
 
 
-def _normalized_axes(x, normalized_shape):
+def _n_features(x, normalized_shape):
+    """How many values each normalised row holds: the product of the trailing dims named by normalized_shape."""
     normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     if x.shape[x.ndim - len(normalized_shape):] != normalized_shape:
         raise ValueError(f"normalized_shape {normalized_shape} does not match the input's trailing dims {x.shape}")
-    return tuple(range(x.ndim - len(normalized_shape), x.ndim))
+    return math.prod(normalized_shape)
 
 
+def _row_mean(rows):
+    """Each row's mean, as a column. A matrix-vector product with ones is ~4x faster than NumPy's reduction along a
+    short contiguous axis; summing before dividing keeps the mean of a constant row exact."""
+    return (rows @ xp_of(rows).ones((rows.shape[1], 1), dtype=rows.dtype)) / rows.shape[1]
+
+
+def _affine(normed, weight, bias):
+    """normed * weight + bias over the feature columns, into a new array (normed is kept for backward)."""
+    out = normed * weight.reshape(-1) if weight is not None else normed.copy()
+    if bias is not None:
+        out += bias.reshape(-1)
+    return out
+
+
+def _affine_grads(ctx, grad, normed, weight):
+    grad_w = (grad * normed).sum(axis=0).reshape(weight.shape) if ctx.needs_input_grad[1] else None
+    grad_b = grad.sum(axis=0).reshape(ctx.bias_shape) if ctx.needs_input_grad[2] else None
+    return grad_w, grad_b
+
+
+# Both norms work on a 2-D (rows, features) view: every leading dim is a row, the normalised dims are the columns.
 class LayerNorm(Function):
     @staticmethod
-    def forward(ctx, x, weight, bias, axes, eps):
+    def forward(ctx, x, weight, bias, n_features, eps):
         xp = xp_of(x)
-        centred = x - x.mean(axis=axes, keepdims=True)
-        rstd = 1 / xp.sqrt((centred * centred).mean(axis=axes, keepdims=True) + eps)
-        normed = centred * rstd  # a constant row gives 0 here, not NaN: eps keeps rstd finite
+        rows = x.reshape(-1, n_features)
+        normed = rows - _row_mean(rows)
+        rstd = 1 / xp.sqrt(_row_mean(normed * normed) + eps)
+        normed *= rstd  # a constant row gives 0 here, not NaN: eps keeps rstd finite
         ctx.save_for_backward(normed, rstd, weight)
-        ctx.axes = axes
-        out = normed if weight is None else normed * weight
-        return out if bias is None else out + bias
+        ctx.x_shape, ctx.bias_shape = x.shape, None if bias is None else bias.shape
+        return _affine(normed, weight, bias).reshape(x.shape)
 
     @staticmethod
     def backward(ctx, grad):
         normed, rstd, weight = ctx.saved_tensors
-        axes = ctx.axes
-        g = grad if weight is None else grad * weight
-        grad_x = rstd * (g - g.mean(axis=axes, keepdims=True)
-                         - normed * (g * normed).mean(axis=axes, keepdims=True))
-        grad_w = grad * normed if ctx.needs_input_grad[1] else None  # the engine sums over the batch dims
-        return grad_x, grad_w, (grad if ctx.needs_input_grad[2] else None), None, None
+        grad = grad.reshape(normed.shape)
+        g = grad if weight is None else grad * weight.reshape(-1)
+        grad_x = g - _row_mean(g)                        # rstd * (g - mean(g) - normed * mean(g * normed))
+        grad_x -= normed * _row_mean(g * normed)
+        grad_x *= rstd
+        return (grad_x.reshape(ctx.x_shape), *_affine_grads(ctx, grad, normed, weight), None, None)
 
 
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
-    return LayerNorm.apply(input, weight, bias, _normalized_axes(input, normalized_shape), eps)
+    return LayerNorm.apply(input, weight, bias, _n_features(input, normalized_shape), eps)
 
 
 class RMSNorm(Function):
     @staticmethod
-    def forward(ctx, x, weight, axes, eps):
+    def forward(ctx, x, weight, n_features, eps):
         xp = xp_of(x)
-        rstd = 1 / xp.sqrt((x * x).mean(axis=axes, keepdims=True) + eps)
-        normed = x * rstd
+        rows = x.reshape(-1, n_features)
+        rstd = 1 / xp.sqrt(_row_mean(rows * rows) + eps)
+        normed = rows * rstd
         ctx.save_for_backward(normed, rstd, weight)
-        ctx.axes = axes
-        return normed if weight is None else normed * weight
+        ctx.x_shape, ctx.bias_shape = x.shape, None
+        return _affine(normed, weight, None).reshape(x.shape)
 
     @staticmethod
     def backward(ctx, grad):
         normed, rstd, weight = ctx.saved_tensors
-        g = grad if weight is None else grad * weight
-        grad_x = rstd * (g - normed * (g * normed).mean(axis=ctx.axes, keepdims=True))
-        return grad_x, (grad * normed if ctx.needs_input_grad[1] else None), None, None
+        grad = grad.reshape(normed.shape)
+        g = grad if weight is None else grad * weight.reshape(-1)
+        grad_x = g - normed * _row_mean(g * normed)      # rstd * (g - normed * mean(g * normed))
+        grad_x *= rstd
+        grad_w, _ = _affine_grads(ctx, grad, normed, weight)
+        return grad_x.reshape(ctx.x_shape), grad_w, None, None
 
 
 def rms_norm(input, normalized_shape, weight=None, eps=None):
     """x / sqrt(mean(x^2) + eps) * weight; eps=None uses the dtype's machine epsilon, as PyTorch."""
     if eps is None:
         eps = float(xp_of(input.data).finfo(input.dtype).eps)
-    return RMSNorm.apply(input, weight, _normalized_axes(input, normalized_shape), eps)
+    return RMSNorm.apply(input, weight, _n_features(input, normalized_shape), eps)
 
 
-def _erfc(x):
-    """Complementary error function to about 1e-7 relative error (NumPy has none built in).
+# Phi(-|x|) / (t exp(-x^2 / 2)) as a polynomial in t = 1 / (1 + |x| / (2 sqrt 2)), highest power first. Fitted for
+# this library (Chebyshev least squares on relative error against mpmath's erfc, t in (0, 1]): Phi to 1.3e-8 relative
+# error for every x in float64, float32-rounding limited in float32.
+_CDF_TAIL_POLY = (0.0211878045, -0.115482286, 0.24319384, -0.223600246, 0.0636157348, -0.0286437893, 0.046506688,
+                  0.0876875786, 0.123440348, 0.141046925, 0.141047397)
 
-    A Chebyshev-fitted form, erfc(z) ~ t exp(-z^2 + poly(t)) with t = 1 / (1 + z/2) for z >= 0, and
-    erfc(-z) = 2 - erfc(z). Good to float32 precision everywhere; used by the exact GELU. The polynomial runs in
-    place: this function was a third of a GPT training step otherwise.
+
+def _normal_cdf(x):
+    """Phi(x), the standard normal CDF (NumPy has no erf), and exp(-x^2 / 2), which the GELU backward reuses.
+
+    The tail Phi(-|x|) = exp(-x^2 / 2) t P(t) keeps its relative precision far out (Phi(-10) ~ 7.6e-24 comes out to
+    1e-8 relative, where 0.5 (1 + erf) would give 0); Phi(|x|) = 1 - Phi(-|x|). Every step works in place, and the
+    sign selection is arithmetic: NumPy's where() is slow on mixed signs.
     """
     xp = xp_of(x)
-    z = xp.abs(x)
-    t = 1 / (1 + 0.5 * z)
-    poly = xp.full_like(x, 0.17087277)
-    for c in (-0.82215223, 1.48851587, -1.13520398, 0.27886807, -0.18628806, 0.09678418, 0.37409196,
-              1.00002368, -1.26551223):
-        poly *= t
-        poly += c
-    poly -= z * z
-    tail = xp.exp(poly, out=poly)
+    t = xp.abs(x)
+    t *= 1 / (2 * math.sqrt(2))
+    t += 1
+    xp.reciprocal(t, out=t)
+    tail = xp.full_like(x, _CDF_TAIL_POLY[0])
+    for c in _CDF_TAIL_POLY[1:]:
+        tail *= t
+        tail += c
     tail *= t
-    return xp.where(x >= 0, tail, 2 - tail)
+    gauss = x * x
+    gauss *= -0.5
+    xp.exp(gauss, out=gauss)
+    tail *= gauss                                        # Phi(-|x|)
+    cdf = (x >= 0) * (1 - 2 * tail)
+    cdf += tail
+    return cdf, gauss
 
 
 _SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
@@ -192,9 +234,8 @@ class Gelu(Function):
         if approximate == "tanh":
             ctx.save_for_backward(x)
             return 0.5 * x * (1 + xp.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x ** 3)))
-        cdf = _erfc(x * (-1 / math.sqrt(2)))
-        cdf *= 0.5
-        ctx.save_for_backward(x, cdf)                    # kept for backward: erfc is the costly part
+        cdf, gauss = _normal_cdf(x)
+        ctx.save_for_backward(x, cdf, gauss)             # kept for backward: the costly part of its derivative
         return x * cdf
 
     @staticmethod
@@ -206,12 +247,9 @@ class Gelu(Function):
             th = xp.tanh(inner)
             d_inner = _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x * x)
             return grad * (0.5 * (1 + th) + 0.5 * x * (1 - th * th) * d_inner), None
-        x, cdf = ctx.saved_tensors
-        slope = x * x                                    # phi(x) * x + Phi(x), built in one buffer
-        slope *= -0.5
-        xp.exp(slope, out=slope)
+        x, cdf, gauss = ctx.saved_tensors
+        slope = x * gauss                                # x phi(x) + Phi(x), built in one buffer
         slope *= _INV_SQRT_2PI
-        slope *= x
         slope += cdf
         slope *= grad
         return slope, None

@@ -11,12 +11,17 @@ def _safe_max(x, axis):
     return xp.where(xp.isfinite(m), m, xp.zeros((), dtype=x.dtype))
 
 
-def softmax_array(x, axis=-1):
-    """Softmax on a raw array; a row that is -inf everywhere gives zeros (nothing to attend to), not NaN."""
+def softmax_array(x, axis=-1, inplace=False):
+    """Softmax on a raw array; a row that is -inf everywhere gives zeros (nothing to attend to), not NaN.
+
+    inplace=True overwrites x, for a caller that owns it (attention scores): no second array of that size.
+    """
     xp = xp_of(x)
-    e = xp.exp(x - _safe_max(x, axis))
+    e = xp.subtract(x, _safe_max(x, axis), out=x if inplace else None)
+    xp.exp(e, out=e)
     total = e.sum(axis=axis, keepdims=True)
-    return e / xp.where(total == 0, xp.ones((), dtype=x.dtype), total)
+    e /= xp.where(total == 0, xp.ones((), dtype=x.dtype), total)
+    return e
 
 
 def softmax_backward(y, grad, axis):
