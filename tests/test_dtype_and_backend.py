@@ -85,6 +85,16 @@ def test_scatter_add_sums_repeats_on_cpu():
     target = np.zeros(3)
     ta.backend.scatter_add(target, np.array([0, 0, 2]), np.array([1.0, 2.0, 5.0]))
     np.testing.assert_array_equal(target, [3.0, 0.0, 5.0])
+    # Rows of a matrix (the embedding-gradient path), with repeats, negative indices and an untouched start.
+    rng = np.random.default_rng(0)
+    rows, values = rng.integers(-6, 6, size=50), rng.standard_normal((50, 4))
+    target, expected = np.ones((6, 4)), np.ones((6, 4))
+    for r, v in zip(rows, values):
+        expected[r] += v
+    ta.backend.scatter_add(target, rows, values)
+    np.testing.assert_allclose(target, expected, rtol=1e-12)
+    ta.backend.scatter_add(target, np.array([], dtype=np.int64), np.zeros((0, 4)))
+    np.testing.assert_allclose(target, expected, rtol=1e-12)
 
 
 def test_cuda_request_without_cupy_says_what_to_install():

@@ -69,16 +69,22 @@ class Adam(Optimizer):
                 p.data *= 1 - lr * wd           # AdamW: shrink the weight directly, outside the moments
             elif wd:
                 g = g + wd * p.data
-            state = self.state.setdefault(id(p), {"step": 0, "m": xp.zeros_like(p.data), "v": xp.zeros_like(p.data)})
+            if id(p) not in self.state:
+                self.state[id(p)] = {"step": 0, "m": xp.zeros_like(p.data), "v": xp.zeros_like(p.data)}
+            state = self.state[id(p)]
             state["step"] += 1
             m, v, t = state["m"], state["v"], state["step"]
             m *= beta1
             m += (1 - beta1) * g
             v *= beta2
             v += (1 - beta2) * g * g
-            # PyTorch's arrangement of the bias corrections, so float32 results agree to rounding.
-            denom = xp.sqrt(v) / math.sqrt(1 - beta2 ** t) + eps
-            p.data -= (lr / (1 - beta1 ** t)) * (m / denom)
+            # PyTorch's arrangement of the bias corrections, so float32 results agree to rounding; in one buffer.
+            update = xp.sqrt(v)
+            update /= math.sqrt(1 - beta2 ** t)
+            update += eps
+            xp.divide(m, update, out=update)
+            update *= lr / (1 - beta1 ** t)
+            p.data -= update
 
 
 class AdamW(Adam):

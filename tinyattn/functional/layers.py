@@ -27,7 +27,7 @@ class Linear(Function):
         grad = grad.reshape(-1, grad.shape[-1])
         grad_x = (grad @ weight).reshape(ctx.x_shape) if ctx.needs_input_grad[0] else None
         grad_w = grad.T @ rows if ctx.needs_input_grad[1] else None
-        grad_b = grad.sum(axis=0) if ctx.needs_input_grad[2] else None
+        grad_b = leading_axes_sum(grad) if ctx.needs_input_grad[2] else None
         return grad_x, grad_w, grad_b
 
 
@@ -110,10 +110,21 @@ def _n_features(x, normalized_shape):
     return math.prod(normalized_shape)
 
 
+def last_axis_sum(x):
+    """x summed over its last axis, keeping that axis (size 1). A matrix-vector product with ones: BLAS does it ~4x
+    faster than NumPy's reduction along a short contiguous axis (norms, softmax and attention rows)."""
+    return x @ xp_of(x).ones((x.shape[-1], 1), dtype=x.dtype)
+
+
+def leading_axes_sum(x):
+    """x summed over every axis but the last (a bias gradient), as ones @ rows: ~2x faster than sum(axis=0)."""
+    rows = x.reshape(-1, x.shape[-1])
+    return xp_of(x).ones(rows.shape[0], dtype=x.dtype) @ rows
+
+
 def _row_mean(rows):
-    """Each row's mean, as a column. A matrix-vector product with ones is ~4x faster than NumPy's reduction along a
-    short contiguous axis; summing before dividing keeps the mean of a constant row exact."""
-    return (rows @ xp_of(rows).ones((rows.shape[1], 1), dtype=rows.dtype)) / rows.shape[1]
+    """Each row's mean, as a column; summing before dividing keeps the mean of a constant row exact."""
+    return last_axis_sum(rows) / rows.shape[1]
 
 
 def _affine(normed, weight, bias):
@@ -125,8 +136,8 @@ def _affine(normed, weight, bias):
 
 
 def _affine_grads(ctx, grad, normed, weight):
-    grad_w = (grad * normed).sum(axis=0).reshape(weight.shape) if ctx.needs_input_grad[1] else None
-    grad_b = grad.sum(axis=0).reshape(ctx.bias_shape) if ctx.needs_input_grad[2] else None
+    grad_w = leading_axes_sum(grad * normed).reshape(weight.shape) if ctx.needs_input_grad[1] else None
+    grad_b = leading_axes_sum(grad).reshape(ctx.bias_shape) if ctx.needs_input_grad[2] else None
     return grad_w, grad_b
 
 

@@ -2,6 +2,7 @@
 from .. import ops
 from ..backend import xp_of
 from ..tensor import Function, Tensor
+from .layers import last_axis_sum
 
 
 def _safe_max(x, axis):
@@ -19,7 +20,7 @@ def softmax_array(x, axis=-1, inplace=False):
     xp = xp_of(x)
     e = xp.subtract(x, _safe_max(x, axis), out=x if inplace else None)
     xp.exp(e, out=e)
-    total = e.sum(axis=axis, keepdims=True)
+    total = last_axis_sum(e) if axis in (-1, x.ndim - 1) else e.sum(axis=axis, keepdims=True)
     e /= xp.where(total == 0, xp.ones((), dtype=x.dtype), total)
     return e
 
