@@ -191,11 +191,6 @@ def _block_bias(mask, rows, cols, is_causal, like):
     return bias
 
 
-def _transposed(x):
-    """x with its last two axes swapped, laid out contiguously: a matmul reads it ~15% faster than a strided view."""
-    return xp_of(x).ascontiguousarray(xp_of(x).swapaxes(x, -1, -2))
-
-
 def _appended(x, value, axis):
     """x with one more slice along axis (-1: a column, -2: a row) holding value, an array or a number."""
     xp = xp_of(x)
@@ -224,7 +219,7 @@ class FlashAttention(Function):
         out_shape = q.shape[:-1] + v.shape[-1:]
         input_shapes = (q.shape, k.shape, v.shape)
         q, k, v, mask, groups = _grouped(q, k, v, mask, enable_gqa)
-        q_scaled, k_t = q * scale, _transposed(k)
+        q_scaled, k_t = q * scale, xp.swapaxes(k, -1, -2)
         n, m_len = q.shape[-2], k.shape[-2]
         zero, minus_inf = xp.zeros((), dtype=q.dtype), xp.asarray(-xp.inf, dtype=q.dtype)
         out = xp.empty(q.shape[:-1] + v.shape[-1:], dtype=q.dtype)
@@ -269,7 +264,7 @@ class FlashAttention(Function):
         # Each block needs S - L and dP - D. One extra column folds the row offsets into the matmuls:
         # [q, -L] [k, 1]^T = q k^T - L and [dO, -D] [v, 1]^T = dO v^T - D, instead of two passes over every block.
         q_aug, grad_aug = _appended(q * scale, -lse, axis=-1), _appended(grad, -delta, axis=-1)
-        k_aug_t, v_aug_t = _appended(_transposed(k), 1, axis=-2), _appended(_transposed(v), 1, axis=-2)
+        k_aug_t, v_aug_t = (_appended(xp.swapaxes(x, -1, -2), 1, axis=-2) for x in (k, v))
         q_scaled = q_aug[..., :-1]
         grad_q = xp.zeros_like(q)
         # One slot per query head (k and v are broadcast over the group axis), summed over each group at the end.
