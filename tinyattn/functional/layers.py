@@ -217,16 +217,17 @@ def _normal_cdf(x):
     t *= 1 / (2 * math.sqrt(2))
     t += 1
     xp.reciprocal(t, out=t)
-    tail = xp.full_like(x, _CDF_TAIL_POLY[0])
+    tail = t * _CDF_TAIL_POLY[0]                         # Horner's rule
     for c in _CDF_TAIL_POLY[1:]:
-        tail *= t
         tail += c
-    tail *= t
+        tail *= t
     gauss = x * x
     gauss *= -0.5
     xp.exp(gauss, out=gauss)
     tail *= gauss                                        # Phi(-|x|)
-    cdf = (x >= 0) * (1 - 2 * tail)
+    cdf = tail * -2                                      # Phi(x) = tail + [x >= 0] (1 - 2 tail)
+    cdf += 1
+    cdf *= x >= 0
     cdf += tail
     return cdf, gauss
 
