@@ -107,7 +107,7 @@ y = mha(ta.tensor(x)).numpy()
 equivariance_err = float(np.abs(mha(ta.tensor(x[:, perm])).numpy() - y[:, perm]).max())
 print(f"attention(shuffled x) vs shuffled attention(x): {equivariance_err:.1e}")
 assert equivariance_err < 1e-12
-table = nn.sinusoidal_table(len(tokens), d_model).astype(np.float64)
+table = nn.sinusoidal_table(len(tokens), d_model).numpy().astype(np.float64)
 with_positions = mha(ta.tensor(x + table)).numpy()
 shuffled_with_positions = mha(ta.tensor(x[:, perm] + table)).numpy()
 broken = float(np.abs(shuffled_with_positions - with_positions[:, perm]).max())
@@ -120,7 +120,7 @@ assert broken > 1e-3
 # depend on the distance between positions, which is what lets attention learn relative offsets.
 
 # %%
-long_table = nn.sinusoidal_table(64, 64)
+long_table = nn.sinusoidal_table(64, 64).numpy()
 similarity = long_table @ long_table.T
 fig, axes = viz.plt.subplots(1, 2, figsize=(10, 3.4))
 axes[0].imshow(long_table.T, cmap="RdBu", aspect="auto")

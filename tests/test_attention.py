@@ -165,12 +165,12 @@ def test_kv_cache_decoding_equals_full_sequence(impl, rotary):
 
 # -- positions ----------------------------------------------------------------------------------------
 def test_sinusoidal_table_and_2d_table():
-    table = host(ta.Tensor(nn.sinusoidal_table(50, 8)))
+    table = host(nn.sinusoidal_table(50, 8))
     pos, i = 7, 1
     np.testing.assert_allclose(table[pos, 2 * i], np.sin(pos / 10000 ** (2 * i / 8)), rtol=1e-6)
     np.testing.assert_allclose(table[pos, 2 * i + 1], np.cos(pos / 10000 ** (2 * i / 8)), rtol=1e-6)
-    grid = host(ta.Tensor(nn.sincos_2d_table(3, 4, 8)))
-    half = host(ta.Tensor(nn.sinusoidal_table(4, 4)))
+    grid = host(nn.sincos_2d_table(3, 4, 8))
+    half = host(nn.sinusoidal_table(4, 4))
     assert grid.shape == (12, 8)
     np.testing.assert_allclose(grid[6, :4], half[1], rtol=1e-6)          # patch (row 1, col 2): row half...
     np.testing.assert_allclose(grid[6, 4:], half[2], rtol=1e-6)          # ...and column half
@@ -234,10 +234,9 @@ def test_one_window_over_the_whole_grid_is_full_attention_with_bias():
 def test_shifted_windows_never_attend_across_region_boundaries():
     h = w = 8
     window, shift = 4, 2
-    mask = host(ta.Tensor(nn.shifted_window_mask(h, w, window, shift)))
     attn = nn.WindowAttention(8, window, 2)
     rolled = ta.roll(ta.randn(1, h, w, 8), (-shift, -shift), (1, 2))
-    attn(nn.window_partition(rolled, window), mask=ta.Tensor(mask), need_weights=True)
+    attn(nn.window_partition(rolled, window), mask=nn.shifted_window_mask(h, w, window, shift), need_weights=True)
     weights = host(attn.last_weights)                                       # (nW, H, N, N)
     # Where each token of the rolled map came from: it is in region r if its source row/col wrapped around.
     ys, xs = np.meshgrid(np.arange(h), np.arange(w), indexing="ij")

@@ -162,6 +162,13 @@ def test_mixing_devices_names_both():
 
 
 @pytest.mark.gpu
+def test_raw_array_on_another_device_names_both():
+    scores = ta.zeros(2, 3, device="cuda")
+    with pytest.raises(RuntimeError, match=r"cuda \(2, 3\), cpu \(2, 3\)"):
+        scores.masked_fill(np.ones((2, 3), dtype=bool), 0.0)           # a host mask for a GPU tensor
+
+
+@pytest.mark.gpu
 def test_to_device_round_trip_is_differentiable():
     x = ta.tensor([1.0, 2.0], device="cpu", requires_grad=True)
     y = x.to("cuda")

@@ -82,6 +82,11 @@ def is_cupy_array(array):
     return type(array).__module__.split(".")[0] == "cupy"
 
 
+def is_array(value):
+    """A NumPy or CuPy array (not a Python number, not a Tensor)."""
+    return isinstance(value, numpy.ndarray) or is_cupy_array(value)
+
+
 def xp_of(array):
     """The array module an array belongs to (numpy for Python scalars too)."""
     return _load_cupy() if is_cupy_array(array) else numpy
@@ -109,8 +114,7 @@ def to_host(array):
 def scatter_add(target, indices, values):
     """target[indices] += values, summing repeated indices (plain assignment would keep only one)."""
     if is_cupy_array(target):
-        import cupyx
-        cupyx.scatter_add(target, indices, values)
+        _load_cupy().add.at(target, indices, values)      # atomic adds on the GPU
     elif isinstance(indices, numpy.ndarray) and indices.ndim == 1 and indices.dtype.kind in "iu":
         _add_rows(target, indices, values)
     else:

@@ -273,11 +273,13 @@ class Function:
 
     @classmethod
     def apply(cls, *args, **kwargs):
-        tensors = [a for a in args if isinstance(a, Tensor)]
-        devices = {t.device for t in tensors}
-        if len(devices) > 1:
-            raise RuntimeError(f"{cls.__name__} got tensors on different devices: "
-                               + ", ".join(f"{t.device} {t.shape}" for t in tensors))
+        # Tensors and raw arrays (masks, indices) alike: CuPy would fail on a NumPy operand with a TypeError
+        # that names neither device.
+        placed = [(a.device if isinstance(a, Tensor) else backend.device_of(a), a) for a in args
+                  if isinstance(a, Tensor) or backend.is_array(a)]
+        if len({device for device, _ in placed}) > 1:
+            raise RuntimeError(f"{cls.__name__} got inputs on different devices: "
+                               + ", ".join(f"{device} {tuple(a.shape)}" for device, a in placed))
         ctx = Context(tuple(isinstance(a, Tensor) and a.requires_grad for a in args))
         arrays = [a.data if isinstance(a, Tensor) else a for a in args]
         output = cls.forward(ctx, *arrays, **kwargs)

@@ -7,7 +7,6 @@ cross window borders. Between stages, patch merging halves the grid and doubles 
 from dataclasses import dataclass
 
 from .. import ops
-from ..tensor import Tensor
 from .. import nn
 
 
@@ -34,7 +33,7 @@ class SwinBlock(nn.Module):
         self.attn = nn.WindowAttention(dim, window_size, num_heads)
         self.mlp = nn.MLP(dim, mlp_ratio * dim)
         mask = nn.shifted_window_mask(resolution, resolution, window_size, shift) if shift else None
-        self.register_buffer("mask", None if mask is None else Tensor(mask), persistent=False)
+        self.register_buffer("mask", mask, persistent=False)
 
     def forward(self, x, need_weights=False):
         """x (B, H*W, C) -> (B, H*W, C)."""

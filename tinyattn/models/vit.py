@@ -59,10 +59,9 @@ class ViT(nn.Module):
             self.pos_embed = nn.init.trunc_normal_(nn.Parameter(zeros(1, tokens, config.d_model)), std=0.02)
         elif config.position == "sincos2d":
             grid = self.patch_embed.grid
-            table = nn.sincos_2d_table(grid, grid, config.d_model)
-            xp = backend.xp_of(table)
-            table = xp.concatenate([xp.zeros((self.num_prefix, config.d_model), dtype=table.dtype), table])
-            self.register_buffer("pos_embed", Tensor(table[None]), persistent=False)
+            prefix = zeros(self.num_prefix, config.d_model)                  # class/distillation tokens: no position
+            table = ops.cat([prefix, nn.sincos_2d_table(grid, grid, config.d_model)])
+            self.register_buffer("pos_embed", table.unsqueeze(0), persistent=False)
         else:
             raise ValueError(f"position must be 'learned' or 'sincos2d', got {config.position!r}")
         self.blocks = nn.ModuleList(EncoderBlock(config.d_model, config.n_heads, config.mlp_ratio, config.dropout,

@@ -178,7 +178,7 @@ def window_reverse(windows, window_size, h, w):
 
 
 def shifted_window_mask(h, w, window_size, shift):
-    """(nW, N, N) boolean, True where two tokens of a window may attend to each other after the cyclic shift.
+    """(nW, N, N) boolean tensor, True where two tokens of a window may attend to each other after the cyclic shift.
 
     Rolling the map by -shift brings pieces of the image that were not neighbours into one window. Label the map by
     the 3 x 3 regions the roll creates (cut at -window_size and -shift along each axis); tokens attend only within
@@ -192,7 +192,7 @@ def shifted_window_mask(h, w, window_size, shift):
             regions[rows, cols] = label
             label += 1
     windows = window_partition(Tensor(regions[None, :, :, None]), window_size).data[..., 0]  # (nW, N)
-    return windows[:, :, None] == windows[:, None, :]
+    return Tensor(windows[:, :, None] == windows[:, None, :])
 
 
 class WindowAttention(Module):

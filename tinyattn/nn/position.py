@@ -18,23 +18,25 @@ def _xp():
 
 
 def sinusoidal_table(length, dim, base=10000.0):
-    """(length, dim): even columns sin(pos / base^(2i/dim)), odd columns cos (Vaswani et al., 2017)."""
+    """(length, dim) float32 tensor on the default device: even columns sin(pos / base^(2i/dim)), odd columns cos
+    (Vaswani et al., 2017)."""
     xp = _xp()
     positions = xp.arange(length, dtype=backend.float64)[:, None]
     freqs = xp.exp(-math.log(base) * xp.arange(0, dim, 2, dtype=backend.float64) / dim)
     table = xp.zeros((length, dim))
     table[:, 0::2] = xp.sin(positions * freqs)
     table[:, 1::2] = xp.cos(positions * freqs[: dim // 2])
-    return table.astype(backend.float32)
+    return Tensor(table.astype(backend.float32))
 
 
 def sincos_2d_table(grid_h, grid_w, dim):
-    """(grid_h * grid_w, dim): half the channels encode the row, half the column, each a 1-D sinusoidal table."""
+    """(grid_h * grid_w, dim) tensor: half the channels encode the row, half the column, each a 1-D sinusoidal
+    table."""
     if dim % 4:
         raise ValueError(f"2-D sin-cos embedding needs dim divisible by 4, got {dim}")
     xp = _xp()
-    rows, cols = sinusoidal_table(grid_h, dim // 2), sinusoidal_table(grid_w, dim // 2)
-    return xp.concatenate([xp.repeat(rows, grid_w, axis=0), xp.tile(cols, (grid_h, 1))], axis=1)
+    rows, cols = sinusoidal_table(grid_h, dim // 2).data, sinusoidal_table(grid_w, dim // 2).data
+    return Tensor(xp.concatenate([xp.repeat(rows, grid_w, axis=0), xp.tile(cols, (grid_h, 1))], axis=1))
 
 
 class SinusoidalPositionalEncoding(Module):
@@ -42,7 +44,7 @@ class SinusoidalPositionalEncoding(Module):
 
     def __init__(self, d_model, max_len=5000):
         super().__init__()
-        self.register_buffer("pe", Tensor(sinusoidal_table(max_len, d_model)), persistent=False)
+        self.register_buffer("pe", sinusoidal_table(max_len, d_model), persistent=False)
 
     def forward(self, x, offset=0):
         if offset + x.shape[1] > self.pe.shape[0]:
@@ -95,14 +97,15 @@ class RotaryEmbedding(Module):
 
 
 def relative_position_index(window_h, window_w):
-    """(N, N) with N = window_h * window_w: for tokens a and b of a window, the row of the bias table that holds
-    the bias for their offset (dy, dx), dy in [-(window_h-1), window_h-1], dx likewise (Swin, Liu et al. 2021)."""
+    """(N, N) integer tensor, N = window_h * window_w: for tokens a and b of a window, the row of the bias table
+    that holds the bias for their offset (dy, dx), dy in [-(window_h-1), window_h-1], dx likewise (Swin, Liu et al.
+    2021)."""
     xp = _xp()
     ys, xs = xp.meshgrid(xp.arange(window_h), xp.arange(window_w), indexing="ij")
     ys, xs = ys.reshape(-1), xs.reshape(-1)
     dy = ys[:, None] - ys[None, :] + window_h - 1
     dx = xs[:, None] - xs[None, :] + window_w - 1
-    return dy * (2 * window_w - 1) + dx
+    return Tensor(dy * (2 * window_w - 1) + dx)
 
 
 class RelativePositionBias(Module):
@@ -113,7 +116,7 @@ class RelativePositionBias(Module):
         wh, ww = (window_size, window_size) if isinstance(window_size, int) else window_size
         self.num_heads, self.tokens = num_heads, wh * ww
         self.table = init.trunc_normal_(_parameter((2 * wh - 1) * (2 * ww - 1), num_heads), std=0.02)
-        self.register_buffer("index", Tensor(relative_position_index(wh, ww)), persistent=False)
+        self.register_buffer("index", relative_position_index(wh, ww), persistent=False)
 
     def forward(self):
         n = self.tokens
