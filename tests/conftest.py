@@ -19,10 +19,10 @@ def _seeded():
     ta.manual_seed(0)
 
 
-def randn(*shape, requires_grad=True, dtype="float64", seed=None):
-    """A float64 leaf tensor on the test device with standard normal entries."""
+def randn(*shape, requires_grad=True, dtype="float64", seed=None, device=None):
+    """A float64 leaf tensor on the test device (or the one named) with standard normal entries."""
     rng = np.random.default_rng(seed if seed is not None else hash(shape) % 2**32)
-    return ta.tensor(rng.standard_normal(shape).astype(dtype), requires_grad=requires_grad)
+    return ta.tensor(rng.standard_normal(shape).astype(dtype), requires_grad=requires_grad, device=device)
 
 
 def host(t):

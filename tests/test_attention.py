@@ -70,6 +70,55 @@ def test_flash_fully_masked_rows_give_zero_not_nan():
     assert np.isfinite(host(k.grad)).all()
 
 
+FUSED_CASES = [  # (B, Hq, Hkv, L, S, head size, causal): lengths off the kernels' 64-row blocks and 32-row tiles
+    (2, 4, 4, 100, 100, 64, True),
+    (1, 8, 2, 70, 133, 32, False),          # GQA, Lq != Lk
+    (1, 4, 4, 130, 50, 16, True),           # causal with more queries than keys
+    (2, 6, 3, 65, 65, 80, True),            # head size 80: four threads share a row
+    (3, 2, 1, 33, 97, 128, False),          # MQA, the largest head size
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", FUSED_CASES)
+def test_fused_flash_kernels_match_float64_reference(case):
+    b, hq, hkv, lq, lk, e, causal = case
+    q64, k64, v64 = (randn(*shape, seed=seed, device="cuda") for seed, shape in
+                     enumerate([(b, hq, lq, e), (b, hkv, lk, e), (b, hkv, lk, e)]))
+    q, k, v = (ta.tensor(t.detach(), dtype="float32", requires_grad=True) for t in (q64, k64, v64))
+    kwargs = dict(is_causal=causal, enable_gqa=hq != hkv)
+    fused = F.flash_attention(q, k, v, fused=True, **kwargs)
+    reference = F.flash_attention(q64, k64, v64, fused=False, **kwargs)
+    weight = randn(*reference.shape, requires_grad=False, seed=9, device="cuda")
+    results = [host(fused)] + _grads(fused, (q, k, v), weight.float())
+    expected = [host(reference)] + _grads(reference, (q64, k64, v64), weight)
+    for name, got, want in zip(("out", "dq", "dk", "dv"), results, expected):
+        assert np.isfinite(got).all(), name
+        error = np.linalg.norm(got - want) / np.linalg.norm(want)
+        assert error < 1e-5, f"{name}: relative error {error:.1e}"  # float32 rounding, ~1e-7 per op
+
+
+def test_fused_flash_kernels_say_why_they_cannot_run():
+    q = randn(1, 2, 8, 16, dtype="float32")
+    with pytest.raises(ValueError, match="attn_mask"):
+        F.flash_attention(q, q, q, attn_mask=ta.ones(8, 8, dtype="bool"), fused=True)
+    with pytest.raises(ValueError, match="head size 6"):
+        F.flash_attention(*[randn(1, 2, 8, 6, dtype="float32")] * 3, fused=True)
+    with pytest.raises(ValueError, match="float32"):
+        F.flash_attention(*[randn(1, 2, 8, 16)] * 3, fused=True)
+    with pytest.raises(ValueError, match="same batch dims"):
+        F.flash_attention(q, *[randn(2, 2, 8, 16, dtype="float32")] * 2, fused=True)
+    with pytest.raises(ValueError, match="non-empty"):
+        F.flash_attention(q, *[randn(1, 2, 0, 16, dtype="float32")] * 2, fused=True)
+
+
+def test_fused_flash_kernels_need_cuda_tensors():
+    q = randn(1, 2, 8, 16, dtype="float32", device="cpu")
+    with pytest.raises(ValueError, match="needs CUDA tensors, got cpu"):
+        F.flash_attention(q, q, q, fused=True)
+    np.testing.assert_allclose(host(F.flash_attention(q, q, q)), host(F.flash_attention(q, q, q, fused=False)))
+
+
 def test_additive_attention_matches_definition_and_gradcheck():
     b, s, dq, dk, h = 2, 5, 3, 4, 6
     query, key, value = randn(b, dq), randn(b, s, dk, seed=1), randn(b, s, 2, seed=2)

@@ -4,8 +4,22 @@ import math
 
 from ..backend import xp_of
 from ..tensor import Function, Tensor
+from . import flash_kernel
 from .layers import keep_mask, last_axis_sum
 from .softmax import softmax_array
+
+
+def _group_size(q_shape, k_shape, v_shape, enable_gqa):
+    """How many query heads share each key/value head (1 without grouping); an error for counts that don't fit."""
+    hq, hkv = q_shape[-3] if len(q_shape) >= 3 else 1, k_shape[-3] if len(k_shape) >= 3 else 1
+    if hq == hkv:
+        return 1
+    if not enable_gqa:
+        raise ValueError(f"query has {hq} heads but key/value have {hkv}: pass enable_gqa=True for grouped-query "
+                         f"attention (q {q_shape}, k {k_shape}, v {v_shape})")
+    if hq % hkv:
+        raise ValueError(f"grouped-query attention needs query heads ({hq}) divisible by key/value heads ({hkv})")
+    return hq // hkv
 
 
 def _grouped(q, k, v, mask, enable_gqa):
@@ -14,15 +28,10 @@ def _grouped(q, k, v, mask, enable_gqa):
     q (..., Hq, L, E) becomes (..., Hkv, G, L, E); k and v gain a size-1 group axis that broadcasts; the mask is
     viewed the same way. Returns the views and G (1 when there is no grouping).
     """
-    hq, hkv = q.shape[-3] if q.ndim >= 3 else 1, k.shape[-3] if k.ndim >= 3 else 1
-    if hq == hkv:
+    groups = _group_size(q.shape, k.shape, v.shape, enable_gqa)
+    if groups == 1:
         return q, k, v, mask, 1
-    if not enable_gqa:
-        raise ValueError(f"query has {hq} heads but key/value have {hkv}: pass enable_gqa=True for grouped-query "
-                         f"attention (q {q.shape}, k {k.shape}, v {v.shape})")
-    if hq % hkv:
-        raise ValueError(f"grouped-query attention needs query heads ({hq}) divisible by key/value heads ({hkv})")
-    groups = hq // hkv
+    hq, hkv = q.shape[-3], k.shape[-3]
     xp = xp_of(q)
     if mask is not None:
         mask = mask.reshape((1,) * (q.ndim - mask.ndim) + mask.shape)
@@ -292,12 +301,16 @@ class FlashAttention(Function):
 
 
 def flash_attention(query, key, value, attn_mask=None, is_causal=False, scale=None, enable_gqa=False,
-                    block_size=256):
+                    block_size=256, fused=None):
     """Blockwise online-softmax attention: the same result as scaled_dot_product_attention, O(N) memory.
 
     Same arguments and mask conventions as scaled_dot_product_attention (boolean True = may attend, a float mask is
     added, is_causal top-left aligned). block_size need not divide the lengths. A float mask gets no gradient here;
     use scaled_dot_product_attention for a learned bias.
+
+    fused picks the implementation: the CUDA kernels of flash_kernel.py (True; an error says why when they cannot
+    run these inputs), the blockwise array code below (False), or the kernels whenever they can (None: float32
+    CUDA tensors, no attn_mask, one head size, a multiple of 4 up to 128).
     """
     if is_causal and attn_mask is not None:
         raise ValueError("pass either attn_mask or is_causal=True, not both (combine them into one mask)")
@@ -309,4 +322,11 @@ def flash_attention(query, key, value, attn_mask=None, is_causal=False, scale=No
     if block_size < 1:
         raise ValueError(f"block_size must be positive, got {block_size}")
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+    if fused is not False:
+        reason = flash_kernel.unsupported(query, key, value, attn_mask)
+        if reason is None:
+            groups = _group_size(query.shape, key.shape, value.shape, enable_gqa)
+            return flash_kernel.FusedFlashAttention.apply(query, key, value, scale, bool(is_causal), groups)
+        if fused:
+            raise ValueError(f"the fused flash-attention kernels cannot run this: {reason}")
     return FlashAttention.apply(query, key, value, attn_mask, scale, bool(is_causal), enable_gqa, int(block_size))
