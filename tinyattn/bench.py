@@ -35,6 +35,21 @@ class Workload:
                 import cupy
                 cupy.cuda.Device().synchronize()
 
+    def pool_peak_mib(self, step):
+        """GPU memory the framework's caching allocator holds after one step run from an emptied pool: PyTorch's
+        max_memory_reserved, CuPy's memory-pool total (the pool only grows, so it ends at the step's peak)."""
+        if self.framework == "torch":
+            self.torch.cuda.empty_cache()
+            self.torch.cuda.reset_peak_memory_stats()
+            step()
+            return self.torch.cuda.max_memory_reserved() / 2 ** 20
+        import cupy
+        pool = cupy.get_default_memory_pool()
+        pool.free_all_blocks()
+        step()
+        cupy.cuda.Device().synchronize()
+        return pool.total_bytes() / 2 ** 20
+
     def randn(self, *shape, requires_grad=False):
         if self.framework == "torch":
             return self.torch.randn(*shape, device=self.device, requires_grad=requires_grad)
@@ -55,8 +70,8 @@ def attention_step(work, args):
             sdpa(q, k, v, is_causal=args.causal, enable_gqa=gqa).sum().backward()
     else:
         import tinyattn.functional as F
-        attend = F.flash_attention if args.impl == "flash" else F.scaled_dot_product_attention
-        extra = {"block_size": args.block_size} if args.impl == "flash" else {}
+        attend = F.scaled_dot_product_attention if args.impl == "naive" else F.flash_attention
+        extra = {} if args.impl == "naive" else {"block_size": args.block_size, "fused": None if args.impl == "flash" else False}
 
         def step():
             attend(q, k, v, is_causal=args.causal, enable_gqa=gqa, **extra).sum().backward()
@@ -171,6 +186,8 @@ def measure(args):
         step()
         result["traced_peak_mib"] = tracemalloc.get_traced_memory()[1] / 2 ** 20
         tracemalloc.stop()
+    if args.device == "cuda":
+        result["gpu_pool_peak_mib"] = work.pool_peak_mib(step)
     if args.command == "train-step":
         result["median_step_s"] = median
     if "approx_flops" in result:
@@ -187,7 +204,9 @@ def parse(argv):
     common.add_argument("--framework", default="tinyattn", choices=["tinyattn", "torch"])
     common.add_argument("--warmup", type=int, default=1)
     attention = sub.add_parser("attention", parents=[common], help="forward+backward of float32 attention")
-    attention.add_argument("--impl", default="flash", choices=["flash", "naive"])
+    attention.add_argument("--impl", default="flash", choices=["flash", "blockwise", "naive"],
+                           help="flash: the fused CUDA kernels where they apply (on the GPU), else blockwise; "
+                                "blockwise: flash attention in array ops; naive: the full score matrix")
     attention.add_argument("--n", type=int, default=1024)
     attention.add_argument("--heads", type=int, default=8)
     attention.add_argument("--kv-heads", type=int, default=None)
