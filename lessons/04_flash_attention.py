@@ -130,6 +130,15 @@ for ax in axes:
     ax.grid(alpha=0.3)
 viz.save(fig, plot_path(args, "04_flash_memory_time.png"))
 
+# %% [markdown]
+# ## On a GPU: the same loops as CUDA kernels
+# Every block step above is a dozen array operations, each a pass over memory, and on a GPU each is also a kernel
+# launch. `tinyattn/functional/flash_attention.cu` writes the same loops as three CUDA kernels: one thread block per
+# 64 query rows and head, K and V staged in shared memory tile by tile, the running max, sum and output kept in
+# registers; the backward recomputes P = exp(S - L) the same way. `F.flash_attention` runs them for float32 CUDA
+# tensors (`TINYATTN_DEVICE=cuda`); the README's GPU section compares them with PyTorch. (The benchmarks in this
+# lesson run on the CPU, where tracemalloc can see every array.)
+
 # %%
 assert flash_err <= 1e-5, flash_err
 if not args.quick:
