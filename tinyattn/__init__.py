@@ -9,6 +9,7 @@ from .ops import (abs, argmax, argmin, cat, chunk, exp, flatten, log, matmul, ma
                   relu, repeat_interleave, reshape, roll, sigmoid, split, sqrt, squeeze, stack, sum, tanh, transpose,
                   tril, triu, unsqueeze, var, where)
 from .tensor import Function, Tensor, enable_grad, is_grad_enabled, no_grad
+from .threads import get_num_threads, set_num_threads
 from . import functional
 from .functional import softmax, log_softmax
 from .gradcheck import GradcheckError, gradcheck

@@ -8,6 +8,7 @@ import builtins
 import itertools
 import math
 
+from . import threads
 from .backend import scatter_add, xp_of
 from .tensor import Function, Tensor, as_tensor_like
 
@@ -269,7 +270,7 @@ class MatMul(Function):
     @staticmethod
     def forward(ctx, a, b):
         ctx.save_for_backward(a, b)
-        return a @ b
+        return threads.matmul(a, b)
 
     @staticmethod
     def backward(ctx, grad):
@@ -288,14 +289,14 @@ class MatMul(Function):
             g2 = grad
         grad_a = grad_b = None
         if ctx.needs_input_grad[0]:
-            grad_a = g2 @ xp.swapaxes(b2, -1, -2)
+            grad_a = threads.matmul(g2, xp.swapaxes(b2, -1, -2))
             grad_a = grad_a.reshape(grad_a.shape[:-2] + (-1,)) if a.ndim == 1 else grad_a
         if ctx.needs_input_grad[1]:
             if b2.ndim == 2 and a2.ndim > 2:
                 # A weight shared by every batch element: one large matmul instead of a batch of small ones.
-                grad_b = a2.reshape(-1, a2.shape[-1]).T @ g2.reshape(-1, g2.shape[-1])
+                grad_b = threads.matmul(a2.reshape(-1, a2.shape[-1]).T, g2.reshape(-1, g2.shape[-1]))
             else:
-                grad_b = xp.swapaxes(a2, -1, -2) @ g2
+                grad_b = threads.matmul(xp.swapaxes(a2, -1, -2), g2)
             grad_b = grad_b[..., 0] if b.ndim == 1 else grad_b
         return grad_a, grad_b
 

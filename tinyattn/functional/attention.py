@@ -2,7 +2,8 @@
 Bahdanau's additive attention, and blockwise online-softmax ("flash") attention in O(N) memory."""
 import math
 
-from ..backend import xp_of
+from .. import threads
+from ..backend import is_cupy_array, xp_of
 from ..tensor import Function, Tensor
 from . import flash_kernel
 from .layers import keep_mask, last_axis_sum
@@ -69,48 +70,107 @@ def causal_mask(query_len, key_len, xp, offset=0):
     return xp.tril(xp.ones((query_len, key_len), dtype=bool), offset)
 
 
+def _work_parts(batch_shape, n_rows, like):
+    """Attention's independent pieces of work, as (batch entries, query rows) pairs: one entry of the first batch
+    axis at a time where there are several (its scores may fit in cache), else the query rows cut among the threads.
+    On the GPU, one piece: all of it."""
+    if is_cupy_array(like):
+        return [(slice(None), slice(None))]
+    if batch_shape and batch_shape[0] > 1:
+        return [(slice(b, b + 1), slice(None)) for b in range(batch_shape[0])]
+    return [(slice(None), rows) for rows in threads.one_part_per_thread(n_rows)]
+
+
+def _part_of(array, part, batch_ndim, n_rows=None):
+    """array's share of a part of the work: its batch entries (all of them where it broadcasts along the first batch
+    axis), and when n_rows is given its query rows (all where it broadcasts along them, as a mask may)."""
+    if array is None:
+        return None
+    entries, rows = part
+    if array.ndim - 2 == batch_ndim and array.shape[0] != 1:
+        array = array[entries]
+    return array[..., rows, :] if n_rows is not None and array.shape[-2] == n_rows else array
+
+
 class ScaledDotProductAttention(Function):
+    """Batch entries and query rows are independent of one another, so the threads share them (threads.py) in
+    forward and backward; the key and value gradients, sums over all query rows, add up what each thread found."""
+
     @staticmethod
     def forward(ctx, q, k, v, mask, scale, dropout_p, enable_gqa):
+        xp = xp_of(q)
+        ctx.input_shapes = (q.shape, k.shape, v.shape)
         out_shape = q.shape[:-1] + v.shape[-1:]
-        q_g, k_g, v_g, mask_g, groups = _grouped(q, k, v, mask, enable_gqa)
-        probs = softmax_array(_masked_scores(q_g, k_g, mask_g, scale), -1, inplace=True)
-        keep = None
-        dropped = probs
-        if dropout_p > 0:
-            keep = keep_mask(probs.shape, dropout_p, probs)
-            dropped = probs * keep * (1.0 / (1.0 - dropout_p))
-        out = dropped @ v_g
-        ctx.save_for_backward(q_g, k_g, v_g, probs, keep, out)
+        q, k, v, mask, groups = _grouped(q, k, v, mask, enable_gqa)
+        n_rows, batch = q.shape[-2], xp.broadcast_shapes(q.shape[:-2], k.shape[:-2])
+        out = xp.empty(batch + (n_rows, v.shape[-1]), dtype=q.dtype)
+        keep = keep_mask(batch + (n_rows, k.shape[-2]), dropout_p, q) if dropout_p > 0 else None
+        parts = _work_parts(batch, n_rows, q)
+        # The softmax weights, one array per part of the work: a single array for all of them would often be over
+        # 32 MiB, and such arrays get fresh pages from the OS on every call (see backend.keep_freed_memory_for_reuse)
+        probs = [None] * len(parts)
+
+        def attend(share):
+            for i, part in share:
+                def rows_of(x):
+                    return _part_of(x, part, len(batch), n_rows)
+                k_part, v_part = _part_of(k, part, len(batch)), _part_of(v, part, len(batch))
+                p = probs[i] = rows_of(q) * scale @ xp.swapaxes(k_part, -1, -2)
+                bias = additive_mask(rows_of(mask), q.dtype)
+                if bias is not None:
+                    p += bias
+                softmax_array(p, -1, inplace=True)
+                if keep is not None:
+                    p = p * rows_of(keep) * (1.0 / (1.0 - dropout_p))
+                xp.matmul(p, v_part, out=rows_of(out))
+        threads.share(attend, enumerate(parts), q)
+        ctx.save_for_backward(q, k, v, keep, out, *probs)
+        ctx.parts = parts
         ctx.scale, ctx.dropout_p, ctx.groups = scale, dropout_p, groups
-        ctx.shapes = (q.shape, k.shape, v.shape, None if mask is None else mask.shape)
         return out.reshape(out_shape)
 
     @staticmethod
     def backward(ctx, grad):
-        q, k, v, probs, keep, out = ctx.saved_tensors
+        q, k, v, keep, out, *probs = ctx.saved_tensors
         xp = xp_of(grad)
-        q_shape, k_shape, v_shape, mask_shape = ctx.shapes
+        q_shape, k_shape, v_shape = ctx.input_shapes
         grad = grad.reshape(out.shape)
-        dropped = probs if keep is None else probs * keep * (1.0 / (1.0 - ctx.dropout_p))
-        grad_v = xp.swapaxes(dropped, -1, -2) @ grad
-        grad_scores = grad @ xp.swapaxes(v, -1, -2)                     # dP, turned into dS in place:
-        if keep is not None:
-            grad_scores *= keep
-            grad_scores *= 1.0 / (1.0 - ctx.dropout_p)
-        # Softmax backward, dS = P * (dP - rowsum(dP * P)), with rowsum(dP * P) = rowsum(dO * O) (FlashAttention's
-        # identity, dropout included): a sum over E values per row instead of over an L x S temporary.
-        grad_scores -= (grad * out).sum(axis=-1, keepdims=True)
-        grad_scores *= probs
-        grad_q = grad_scores @ k
+        batch, n_rows, n_keys = out.shape[:-2], out.shape[-2], k.shape[-2]
+        grad_q = xp.empty(batch + (n_rows, q.shape[-1]), dtype=q.dtype)
+        # all of dS, for a float mask that wants its gradient (a learned bias)
+        grad_mask = xp.empty(batch + (n_rows, n_keys), dtype=q.dtype) if ctx.needs_input_grad[3] else None
+
+        def attend_backward(share):
+            # This thread's sums over its query rows, one slot per query head (k and v broadcast over a group)
+            grad_k = xp.zeros(batch + k.shape[-2:], dtype=q.dtype)
+            grad_v = xp.zeros(batch + v.shape[-2:], dtype=q.dtype)
+            for i, part in share:
+                def rows_of(x):
+                    return _part_of(x, part, len(batch), n_rows)
+                p, g = probs[i], rows_of(grad)
+                dropped = p if keep is None else p * rows_of(keep) * (1.0 / (1.0 - ctx.dropout_p))
+                _part_of(grad_v, part, len(batch))[...] += xp.swapaxes(dropped, -1, -2) @ g
+                grad_scores = g @ xp.swapaxes(_part_of(v, part, len(batch)), -1, -2)   # dP, turned into dS:
+                if keep is not None:
+                    grad_scores *= rows_of(keep)
+                    grad_scores *= 1.0 / (1.0 - ctx.dropout_p)
+                # Softmax backward, dS = P * (dP - rowsum(dP * P)), with rowsum(dP * P) = rowsum(dO * O)
+                # (FlashAttention's identity, dropout included): a sum over E values per row, not over S.
+                grad_scores -= (g * rows_of(out)).sum(axis=-1, keepdims=True)
+                grad_scores *= p
+                xp.matmul(grad_scores, _part_of(k, part, len(batch)), out=rows_of(grad_q))
+                _part_of(grad_k, part, len(batch))[...] += xp.swapaxes(grad_scores, -1, -2) @ rows_of(q)
+                if grad_mask is not None:
+                    rows_of(grad_mask)[...] = grad_scores
+            return grad_k, grad_v
+        sums = threads.share(attend_backward, enumerate(ctx.parts), grad)
+        grad_k, grad_v = sum(s[0] for s in sums), sum(s[1] for s in sums)
         grad_q *= ctx.scale
-        grad_k = xp.swapaxes(grad_scores, -1, -2) @ q
         grad_k *= ctx.scale
         if ctx.groups > 1:  # each key/value head served a group of query heads: their gradients add up
             grad_k, grad_v = grad_k.sum(axis=-3), grad_v.sum(axis=-3)
-        grad_mask = None
-        if ctx.needs_input_grad[3]:  # a float mask (a learned bias) is added to the scores
-            grad_mask = grad_scores.reshape(q_shape[:-1] + (grad_scores.shape[-1],))
+        if grad_mask is not None:  # a float mask (a learned bias) is added to the scores
+            grad_mask = grad_mask.reshape(q_shape[:-1] + (grad_mask.shape[-1],))
         return grad_q.reshape(q_shape), grad_k.reshape(k_shape), grad_v.reshape(v_shape), grad_mask, None, None, None
 
 
@@ -219,7 +279,8 @@ class FlashAttention(Function):
     Forward keeps, per query row, a running max m, a running sum l and an unnormalised output; each key block
     rescales them by exp(m_old - m_new). It saves only Q, K, V, O and the log-sum-exp L = m + log(l), and backward
     recomputes each block's probabilities exactly as exp(S - L). Loops run over blocks in Python; every block step
-    is vectorised over batch and heads and works in place on its scores buffer.
+    is vectorised over batch and heads and works in place on its scores buffer. As in FlashAttention-2, the threads
+    share out row blocks in forward and column blocks in backward.
     """
 
     @staticmethod
@@ -233,29 +294,32 @@ class FlashAttention(Function):
         zero, minus_inf = xp.zeros((), dtype=q.dtype), xp.asarray(-xp.inf, dtype=q.dtype)
         out = xp.empty(q.shape[:-1] + v.shape[-1:], dtype=q.dtype)
         lse = xp.empty(q.shape[:-1] + (1,), dtype=q.dtype)
-        for r0 in range(0, n, block_size):
-            rows = slice(r0, min(r0 + block_size, n))
-            q_block = q_scaled[..., rows, :]
-            running_max = xp.full(q_block.shape[:-1] + (1,), -xp.inf, dtype=q.dtype)
-            running_sum = xp.zeros(q_block.shape[:-1] + (1,), dtype=q.dtype)
-            acc = xp.zeros(q_block.shape[:-1] + v.shape[-1:], dtype=q.dtype)
-            for c0 in range(0, _last_column_block(rows.stop, m_len, is_causal), block_size):
-                cols = slice(c0, min(c0 + block_size, m_len))
-                scores = _scores(q_block, k_t[..., cols], _block_bias(mask, rows, cols, is_causal, q))
-                new_max = xp.maximum(running_max, scores.max(axis=-1, keepdims=True))
-                shift = xp.where(new_max == minus_inf, zero, new_max)   # a row masked so far: exp(-inf) = 0
-                scores -= shift
-                probs = xp.exp(scores, out=scores)
-                rescale = xp.exp(running_max - shift)
-                running_sum *= rescale
-                running_sum += last_axis_sum(probs)
-                acc *= rescale
-                acc += probs @ v[..., cols, :]
-                running_max = new_max
-            empty = running_sum == 0                                    # every key masked: output 0
-            out[..., rows, :] = acc / xp.where(empty, 1, running_sum)
-            lse[..., rows, :] = xp.where(empty, xp.asarray(xp.inf, dtype=q.dtype),
-                                         running_max + xp.log(xp.where(empty, 1, running_sum)))
+
+        def forward_rows(share):                                        # row blocks are independent
+            for r0 in share:
+                rows = slice(r0, min(r0 + block_size, n))
+                q_block = q_scaled[..., rows, :]
+                running_max = xp.full(q_block.shape[:-1] + (1,), -xp.inf, dtype=q.dtype)
+                running_sum = xp.zeros(q_block.shape[:-1] + (1,), dtype=q.dtype)
+                acc = xp.zeros(q_block.shape[:-1] + v.shape[-1:], dtype=q.dtype)
+                for c0 in range(0, _last_column_block(rows.stop, m_len, is_causal), block_size):
+                    cols = slice(c0, min(c0 + block_size, m_len))
+                    scores = _scores(q_block, k_t[..., cols], _block_bias(mask, rows, cols, is_causal, q))
+                    new_max = xp.maximum(running_max, scores.max(axis=-1, keepdims=True))
+                    shift = xp.where(new_max == minus_inf, zero, new_max)   # a row masked so far: exp(-inf)=0
+                    scores -= shift
+                    probs = xp.exp(scores, out=scores)
+                    rescale = xp.exp(running_max - shift)
+                    running_sum *= rescale
+                    running_sum += last_axis_sum(probs)
+                    acc *= rescale
+                    acc += probs @ v[..., cols, :]
+                    running_max = new_max
+                empty = running_sum == 0                                # every key masked: output 0
+                out[..., rows, :] = acc / xp.where(empty, 1, running_sum)
+                lse[..., rows, :] = xp.where(empty, xp.asarray(xp.inf, dtype=q.dtype),
+                                             running_max + xp.log(xp.where(empty, 1, running_sum)))
+        threads.share(forward_rows, range(0, n, block_size), q)
         ctx.save_for_backward(q, k, v, out, lse, mask)
         ctx.options = (scale, is_causal, block_size, groups)
         ctx.input_shapes = input_shapes
@@ -275,24 +339,30 @@ class FlashAttention(Function):
         q_aug, grad_aug = _appended(q * scale, -lse, axis=-1), _appended(grad, -delta, axis=-1)
         k_aug_t, v_aug_t = (_appended(xp.swapaxes(x, -1, -2), 1, axis=-2) for x in (k, v))
         q_scaled = q_aug[..., :-1]
-        grad_q = xp.zeros_like(q)
         # One slot per query head (k and v are broadcast over the group axis), summed over each group at the end.
         grad_k = xp.zeros(q.shape[:-2] + k.shape[-2:], dtype=q.dtype)
         grad_v = xp.zeros(q.shape[:-2] + v.shape[-2:], dtype=q.dtype)
-        for c0 in range(0, m_len, block_size):
-            cols = slice(c0, min(c0 + block_size, m_len))
-            first_row = (c0 // block_size) * block_size if is_causal else 0   # rows above see none of these keys
-            for r0 in range(first_row, n, block_size):
-                rows = slice(r0, min(r0 + block_size, n))
-                q_block, grad_block = q_scaled[..., rows, :], grad[..., rows, :]
-                # S - L, exact: L holds each row's max and sum (+inf if fully masked, so exp gives 0)
-                scores = _scores(q_aug[..., rows, :], k_aug_t[..., cols], _block_bias(mask, rows, cols, is_causal, q))
-                probs = xp.exp(scores, out=scores)
-                grad_v[..., cols, :] += xp.swapaxes(probs, -1, -2) @ grad_block
-                grad_scores = grad_aug[..., rows, :] @ v_aug_t[..., cols]   # dP - D, turned into dS in place:
-                grad_scores *= probs                                    # dS = P * (dP - D)
-                grad_q[..., rows, :] += grad_scores @ k_scaled[..., cols, :]
-                grad_k[..., cols, :] += xp.swapaxes(grad_scores, -1, -2) @ q_block
+
+        def backward_columns(share):
+            # Column blocks are independent for dK and dV; every one adds to dQ, so each thread sums its own dQ.
+            grad_q = xp.zeros_like(q)
+            for c0 in share:
+                cols = slice(c0, min(c0 + block_size, m_len))
+                first_row = (c0 // block_size) * block_size if is_causal else 0   # rows above see none of them
+                for r0 in range(first_row, n, block_size):
+                    rows = slice(r0, min(r0 + block_size, n))
+                    q_block, grad_block = q_scaled[..., rows, :], grad[..., rows, :]
+                    # S - L, exact: L holds each row's max and sum (+inf if fully masked, so exp gives 0)
+                    bias = _block_bias(mask, rows, cols, is_causal, q)
+                    scores = _scores(q_aug[..., rows, :], k_aug_t[..., cols], bias)
+                    probs = xp.exp(scores, out=scores)
+                    grad_v[..., cols, :] += xp.swapaxes(probs, -1, -2) @ grad_block
+                    grad_scores = grad_aug[..., rows, :] @ v_aug_t[..., cols]   # dP - D, made dS in place:
+                    grad_scores *= probs                                        # dS = P * (dP - D)
+                    grad_q[..., rows, :] += grad_scores @ k_scaled[..., cols, :]
+                    grad_k[..., cols, :] += xp.swapaxes(grad_scores, -1, -2) @ q_block
+            return grad_q
+        grad_q = sum(threads.share(backward_columns, range(0, m_len, block_size), grad))
         q_shape, k_shape, v_shape = ctx.input_shapes
         if groups > 1:  # each key/value head served a group of query heads: their gradients add up
             grad_k, grad_v = grad_k.sum(axis=-3), grad_v.sum(axis=-3)

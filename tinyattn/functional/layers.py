@@ -1,7 +1,7 @@
 """Fused layer Functions: linear, embedding, layer/RMS norm, GELU, SiLU, dropout, conv2d."""
 import math
 
-from .. import ops
+from .. import ops, threads
 from ..backend import device_of, generator, scatter_add, xp_of
 from ..tensor import Function, Tensor
 
@@ -16,7 +16,7 @@ class Linear(Function):
         rows = x.reshape(-1, x.shape[-1])
         ctx.save_for_backward(rows, weight)
         ctx.x_shape = x.shape
-        y = rows @ weight.T
+        y = threads.matmul(rows, weight.T)
         if bias is not None:
             y += bias
         return y.reshape(x.shape[:-1] + weight.shape[:1])
@@ -25,8 +25,8 @@ class Linear(Function):
     def backward(ctx, grad):
         rows, weight = ctx.saved_tensors
         grad = grad.reshape(-1, grad.shape[-1])
-        grad_x = (grad @ weight).reshape(ctx.x_shape) if ctx.needs_input_grad[0] else None
-        grad_w = grad.T @ rows if ctx.needs_input_grad[1] else None
+        grad_x = threads.matmul(grad, weight).reshape(ctx.x_shape) if ctx.needs_input_grad[0] else None
+        grad_w = threads.matmul(grad.T, rows) if ctx.needs_input_grad[1] else None
         grad_b = leading_axes_sum(grad) if ctx.needs_input_grad[2] else None
         return grad_x, grad_w, grad_b
 
@@ -142,26 +142,37 @@ def _affine_grads(ctx, grad, normed, weight):
 
 
 # Both norms work on a 2-D (rows, features) view: every leading dim is a row, the normalised dims are the columns.
+# Rows are independent, so threads.map_rows runs each norm on pieces of rows; weight and bias gradients sum over
+# all rows and come after.
+def _layer_norm_rows(rows, weight, bias, eps):
+    normed = rows - _row_mean(rows)
+    rstd = 1 / xp_of(rows).sqrt(_row_mean(normed * normed) + eps)
+    normed *= rstd  # a constant row gives 0 here, not NaN: eps keeps rstd finite
+    return _affine(normed, weight, bias), normed, rstd
+
+
+def _layer_norm_grad_rows(grad, normed, rstd, weight):
+    g = grad if weight is None else grad * weight.reshape(-1)
+    grad_x = g - _row_mean(g)                            # rstd * (g - mean(g) - normed * mean(g * normed))
+    grad_x -= normed * _row_mean(g * normed)
+    grad_x *= rstd
+    return grad_x
+
+
 class LayerNorm(Function):
     @staticmethod
     def forward(ctx, x, weight, bias, n_features, eps):
-        xp = xp_of(x)
-        rows = x.reshape(-1, n_features)
-        normed = rows - _row_mean(rows)
-        rstd = 1 / xp.sqrt(_row_mean(normed * normed) + eps)
-        normed *= rstd  # a constant row gives 0 here, not NaN: eps keeps rstd finite
+        out, normed, rstd = threads.map_rows(lambda rows: _layer_norm_rows(rows, weight, bias, eps),
+                                             x.reshape(-1, n_features))
         ctx.save_for_backward(normed, rstd, weight)
         ctx.x_shape, ctx.bias_shape = x.shape, None if bias is None else bias.shape
-        return _affine(normed, weight, bias).reshape(x.shape)
+        return out.reshape(x.shape)
 
     @staticmethod
     def backward(ctx, grad):
         normed, rstd, weight = ctx.saved_tensors
         grad = grad.reshape(normed.shape)
-        g = grad if weight is None else grad * weight.reshape(-1)
-        grad_x = g - _row_mean(g)                        # rstd * (g - mean(g) - normed * mean(g * normed))
-        grad_x -= normed * _row_mean(g * normed)
-        grad_x *= rstd
+        grad_x = threads.map_rows(lambda *rows: _layer_norm_grad_rows(*rows, weight), grad, normed, rstd)
         return (grad_x.reshape(ctx.x_shape), *_affine_grads(ctx, grad, normed, weight), None, None)
 
 
@@ -169,24 +180,32 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     return LayerNorm.apply(input, weight, bias, _n_features(input, normalized_shape), eps)
 
 
+def _rms_norm_rows(rows, weight, eps):
+    rstd = 1 / xp_of(rows).sqrt(_row_mean(rows * rows) + eps)
+    normed = rows * rstd
+    return _affine(normed, weight, None), normed, rstd
+
+
+def _rms_norm_grad_rows(grad, normed, rstd, weight):
+    g = grad if weight is None else grad * weight.reshape(-1)
+    grad_x = g - normed * _row_mean(g * normed)          # rstd * (g - normed * mean(g * normed))
+    grad_x *= rstd
+    return grad_x
+
+
 class RMSNorm(Function):
     @staticmethod
     def forward(ctx, x, weight, n_features, eps):
-        xp = xp_of(x)
-        rows = x.reshape(-1, n_features)
-        rstd = 1 / xp.sqrt(_row_mean(rows * rows) + eps)
-        normed = rows * rstd
+        out, normed, rstd = threads.map_rows(lambda rows: _rms_norm_rows(rows, weight, eps), x.reshape(-1, n_features))
         ctx.save_for_backward(normed, rstd, weight)
         ctx.x_shape, ctx.bias_shape = x.shape, None
-        return _affine(normed, weight, None).reshape(x.shape)
+        return out.reshape(x.shape)
 
     @staticmethod
     def backward(ctx, grad):
         normed, rstd, weight = ctx.saved_tensors
         grad = grad.reshape(normed.shape)
-        g = grad if weight is None else grad * weight.reshape(-1)
-        grad_x = g - normed * _row_mean(g * normed)      # rstd * (g - normed * mean(g * normed))
-        grad_x *= rstd
+        grad_x = threads.map_rows(lambda *rows: _rms_norm_grad_rows(*rows, weight), grad, normed, rstd)
         grad_w, _ = _affine_grads(ctx, grad, normed, weight)
         return grad_x.reshape(ctx.x_shape), grad_w, None, None
 
@@ -232,6 +251,21 @@ def _normal_cdf(x):
     return cdf, gauss
 
 
+def _gelu_parts(x):
+    """x Phi(x), and the Phi(x) and exp(-x^2 / 2) that its derivative needs."""
+    cdf, gauss = _normal_cdf(x)
+    return x * cdf, cdf, gauss
+
+
+def _gelu_grad(grad, x, cdf, gauss):
+    """grad * (Phi(x) + x phi(x)), built in one buffer."""
+    slope = x * gauss
+    slope *= _INV_SQRT_2PI
+    slope += cdf
+    slope *= grad
+    return slope
+
+
 _SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
 _INV_SQRT_2PI = 1 / math.sqrt(2 * math.pi)
 
@@ -246,9 +280,9 @@ class Gelu(Function):
         if approximate == "tanh":
             ctx.save_for_backward(x)
             return 0.5 * x * (1 + xp.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x ** 3)))
-        cdf, gauss = _normal_cdf(x)
+        out, cdf, gauss = threads.map_rows(_gelu_parts, x.reshape(-1))
         ctx.save_for_backward(x, cdf, gauss)             # kept for backward: the costly part of its derivative
-        return x * cdf
+        return out.reshape(x.shape)
 
     @staticmethod
     def backward(ctx, grad):
@@ -260,11 +294,7 @@ class Gelu(Function):
             d_inner = _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x * x)
             return grad * (0.5 * (1 + th) + 0.5 * x * (1 - th * th) * d_inner), None
         x, cdf, gauss = ctx.saved_tensors
-        slope = x * gauss                                # x phi(x) + Phi(x), built in one buffer
-        slope *= _INV_SQRT_2PI
-        slope += cdf
-        slope *= grad
-        return slope, None
+        return threads.map_rows(_gelu_grad, grad.reshape(-1), x.reshape(-1), cdf, gauss).reshape(x.shape), None
 
 
 def gelu(input, approximate="none"):
