@@ -107,3 +107,13 @@ def test_layers_give_the_same_answers_on_one_thread_or_three(thread_count, name,
     three = _forward_backward(fn, *shapes)
     for a, b in zip(one, three):
         np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-14, err_msg=name)
+
+
+@cpu_only
+def test_matmul_adds_the_bias_to_every_row(thread_count):
+    thread_count(2)
+    rng = np.random.default_rng(1)
+    a, b, bias = rng.standard_normal((400, 300)), rng.standard_normal((300, 50)), rng.standard_normal(50)
+    np.testing.assert_allclose(threads.matmul(a, b, bias), a @ b + bias, rtol=1e-12, atol=1e-12)
+    small = a[:2, :3]
+    np.testing.assert_allclose(threads.matmul(small, b[:3], bias), small @ b[:3] + bias, rtol=1e-12)

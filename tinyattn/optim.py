@@ -5,7 +5,7 @@ Updates change parameter arrays in place (p.data), outside the graph. Hyper-para
 """
 import math
 
-from . import backend
+from . import backend, threads
 
 
 class Optimizer:
@@ -62,29 +62,35 @@ class Adam(Optimizer):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
 
     def step(self):
-        for group, p, g in self._with_grads():
-            lr, (beta1, beta2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
-            xp = backend.xp_of(p.data)
-            if wd and self.decoupled:
-                p.data *= 1 - lr * wd           # AdamW: shrink the weight directly, outside the moments
-            elif wd:
-                g = g + wd * p.data
+        updates = list(self._with_grads())
+        for group, p, g in updates:   # state is created here, not in the threads below
             if id(p) not in self.state:
+                xp = backend.xp_of(p.data)
                 self.state[id(p)] = {"step": 0, "m": xp.zeros_like(p.data), "v": xp.zeros_like(p.data)}
-            state = self.state[id(p)]
-            state["step"] += 1
-            m, v, t = state["m"], state["v"], state["step"]
-            m *= beta1
-            m += (1 - beta1) * g
-            v *= beta2
-            v += (1 - beta2) * g * g
-            # PyTorch's arrangement of the bias corrections, so float32 results agree to rounding; in one buffer.
-            update = xp.sqrt(v)
-            update /= math.sqrt(1 - beta2 ** t)
-            update += eps
-            xp.divide(m, update, out=update)
-            update *= lr / (1 - beta1 ** t)
-            p.data -= update
+        if updates:  # each parameter's update is independent: the CPU threads share them
+            threads.share(lambda share: [self._update(*update) for update in share], updates, updates[0][1].data)
+
+    def _update(self, group, p, g):
+        lr, (beta1, beta2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+        xp = backend.xp_of(p.data)
+        if wd and self.decoupled:
+            p.data *= 1 - lr * wd           # AdamW: shrink the weight directly, outside the moments
+        elif wd:
+            g = g + wd * p.data
+        state = self.state[id(p)]
+        state["step"] += 1
+        m, v, t = state["m"], state["v"], state["step"]
+        m *= beta1
+        m += (1 - beta1) * g
+        v *= beta2
+        v += (1 - beta2) * g * g
+        # PyTorch's arrangement of the bias corrections, so float32 results agree to rounding; in one buffer.
+        update = xp.sqrt(v)
+        update /= math.sqrt(1 - beta2 ** t)
+        update += eps
+        xp.divide(m, update, out=update)
+        update *= lr / (1 - beta1 ** t)
+        p.data -= update
 
 
 class AdamW(Adam):

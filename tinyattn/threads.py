@@ -138,14 +138,18 @@ def map_rows(fn, *arrays):
     return results[0] if single else results
 
 
-def matmul(a, b):
-    """a @ b with a's rows (axis -2) shared among the threads, b whole; small products and GPU arrays as they are."""
-    if is_cupy_array(a):
-        return a @ b
-    _hold_blas_to_one_thread()
+def matmul(a, b, bias=None):
+    """a @ b (+ bias, added to every row) with a's rows (axis -2) shared among the threads, b whole; small products
+    and GPU arrays as they are. Each thread adds the bias to its rows while they are still in cache."""
     rows = a.shape[-2] if a.ndim >= 2 else 1
-    if a.ndim < 2 or b.ndim < 2 or rows < _num_threads or math.prod(a.shape) * b.shape[-1] < _MIN_SHARED_MATMUL:
-        return a @ b
+    if not is_cupy_array(a):
+        _hold_blas_to_one_thread()
+    if (is_cupy_array(a) or a.ndim < 2 or b.ndim < 2 or rows < _num_threads
+            or math.prod(a.shape) * b.shape[-1] < _MIN_SHARED_MATMUL):
+        out = a @ b
+        if bias is not None:
+            out += bias
+        return out
     xp = xp_of(a)
     out = xp.empty(xp.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (rows, b.shape[-1]),
                    dtype=xp.result_type(a, b))
@@ -153,5 +157,7 @@ def matmul(a, b):
     def rows_of(share_of_slices):
         for part in share_of_slices:
             xp.matmul(a[..., part, :], b, out=out[..., part, :])
+            if bias is not None:
+                out[..., part, :] += bias
     share(rows_of, one_part_per_thread(rows), a)
     return out

@@ -16,9 +16,7 @@ class Linear(Function):
         rows = x.reshape(-1, x.shape[-1])
         ctx.save_for_backward(rows, weight)
         ctx.x_shape = x.shape
-        y = threads.matmul(rows, weight.T)
-        if bias is not None:
-            y += bias
+        y = threads.matmul(rows, weight.T, bias)
         return y.reshape(x.shape[:-1] + weight.shape[:1])
 
     @staticmethod
