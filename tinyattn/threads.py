@@ -122,9 +122,9 @@ def map_rows(fn, *arrays):
     pieces of rows shared among the threads, its results (an array or a tuple of them) put back together. Piece by
     piece, a chain of elementwise passes finds its piece in cache instead of streaming the whole array each time."""
     n = arrays[0].shape[0]
-    if is_cupy_array(arrays[0]) or n == 0:
-        return fn(*arrays)
     parts = pieces(n, max(1, CACHE_PIECE // max(1, math.prod(arrays[0].shape[1:]))))
+    if is_cupy_array(arrays[0]) or len(parts) <= 1:
+        return fn(*arrays)
     probe = fn(*(a[:1] for a in arrays))                # one row tells the shapes and dtypes of the results
     single = not isinstance(probe, tuple)
     results = tuple(xp_of(r).empty((n,) + r.shape[1:], dtype=r.dtype) for r in ((probe,) if single else probe))

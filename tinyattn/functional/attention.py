@@ -70,14 +70,17 @@ def causal_mask(query_len, key_len, xp, offset=0):
     return xp.tril(xp.ones((query_len, key_len), dtype=bool), offset)
 
 
-def _work_parts(batch_shape, n_rows, like):
-    """Attention's independent pieces of work, as (batch entries, query rows) pairs: one entry of the first batch
-    axis at a time where there are several (its scores may fit in cache), else the query rows cut among the threads.
+def _work_parts(batch_shape, n_keys, n_rows, like):
+    """Attention's independent pieces of work, as (batch entries, query rows) pairs. Along the first batch axis where
+    there is one: as few entries per piece as keep its scores near 2 MiB (in cache), but no more pieces than the
+    threads need when the work is small (each piece costs Python time). Else the query rows cut among the threads.
     On the GPU, one piece: all of it."""
     if is_cupy_array(like):
         return [(slice(None), slice(None))]
     if batch_shape and batch_shape[0] > 1:
-        return [(slice(b, b + 1), slice(None)) for b in range(batch_shape[0])]
+        scores_per_entry = math.prod(batch_shape[1:]) * n_rows * n_keys
+        per_piece = min(-(-batch_shape[0] // threads.get_num_threads()), max(1, (1 << 19) // scores_per_entry))
+        return [(entries, slice(None)) for entries in threads.pieces(batch_shape[0], per_piece)]
     return [(slice(None), rows) for rows in threads.one_part_per_thread(n_rows)]
 
 
@@ -105,7 +108,7 @@ class ScaledDotProductAttention(Function):
         n_rows, batch = q.shape[-2], xp.broadcast_shapes(q.shape[:-2], k.shape[:-2])
         out = xp.empty(batch + (n_rows, v.shape[-1]), dtype=q.dtype)
         keep = keep_mask(batch + (n_rows, k.shape[-2]), dropout_p, q) if dropout_p > 0 else None
-        parts = _work_parts(batch, n_rows, q)
+        parts = _work_parts(batch, k.shape[-2], n_rows, q)
         # The softmax weights, one array per part of the work: a single array for all of them would often be over
         # 32 MiB, and such arrays get fresh pages from the OS on every call (see backend.keep_freed_memory_for_reuse)
         probs = [None] * len(parts)
