@@ -131,6 +131,14 @@ for ax in axes:
 viz.save(fig, plot_path(args, "04_flash_memory_time.png"))
 
 # %% [markdown]
+# ## Work that can run side by side
+# In the forward, each row block of queries needs nothing from the others: its running max, sum and output are its
+# own. In the backward, each column block of keys owns its dK and dV, while every column block adds to all of dQ.
+# FlashAttention-2 parallelises along exactly these lines, and so does `F.flash_attention` on the CPU: tinyattn's
+# threads (`tinyattn/threads.py`) deal out row blocks in the forward and column blocks in the backward, and each
+# thread sums its own dQ, added up at the end. `ta.set_num_threads(1)` runs the loops above exactly as written.
+
+# %% [markdown]
 # ## On a GPU: the same loops as CUDA kernels
 # Every block step above is a dozen array operations, each a pass over memory, and on a GPU each is also a kernel
 # launch. `tinyattn/functional/flash_attention.cu` writes the same loops as three CUDA kernels: one thread block per
