@@ -18,7 +18,7 @@ from common import options, plot_path, report
 args = options(__doc__)
 rng = np.random.default_rng(0)
 tokens = "the cat sat on the mat".split()
-d_model, n_heads = 16, 4
+d_model, num_heads = 16, 4
 x = rng.standard_normal((1, len(tokens), d_model))          # stand-ins for token embeddings, float64
 
 # %% [markdown]
@@ -69,6 +69,65 @@ viz.attention_heatmap(masked_weights, tokens, tokens, ax=axes[1], title="with a 
 viz.save(fig, plot_path(args, "03_self_attention.png"))
 
 # %% [markdown]
+# ## The backward pass, by hand
+# Training needs the gradients of a loss with respect to Q, K and V. Write the forward in three steps,
+# S = Q K^T / sqrt(d), P = softmax(S) row by row, O = P V, and walk them backwards from dO = dLoss/dO:
+# - O = P V is a matrix product, so dV = P^T dO and dP = dO V^T.
+# - Each row of P is a softmax of the same row of S: dP_ij reaches S_ik through P_ij (dP/dS = diag(p) - p p^T),
+#   which gives dS_ij = P_ij (dP_ij - sum_k dP_ik P_ik).
+# - S = Q K^T / sqrt(d) is a product again: dQ = dS K / sqrt(d) and dK = dS^T Q / sqrt(d).
+# The library's attention has exactly this backward: its reference twin
+# (tinyattn/functional/attention.py, `ReferenceScaledDotProductAttention`) is these lines, and its fast version
+# rearranges them for speed. Check the hand-written version three ways: against finite differences with
+# ta.gradcheck, and against both of the library's paths.
+
+# %%
+def attention_forward(q, k, v):
+    p = np.exp(q @ k.transpose(0, 2, 1) / math.sqrt(q.shape[-1]))
+    p /= p.sum(-1, keepdims=True)
+    return p @ v, p
+
+
+def attention_backward(q, k, v, p, grad_out):
+    grad_v = p.transpose(0, 2, 1) @ grad_out
+    grad_p = grad_out @ v.transpose(0, 2, 1)
+    grad_s = p * (grad_p - (grad_p * p).sum(-1, keepdims=True))
+    grad_q = grad_s @ k / math.sqrt(q.shape[-1])
+    grad_k = grad_s.transpose(0, 2, 1) @ q / math.sqrt(q.shape[-1])
+    return grad_q, grad_k, grad_v
+
+
+class HandWrittenAttention(ta.Function):
+    """The two functions above as a Function of the library: forward and backward on raw arrays."""
+
+    @staticmethod
+    def forward(ctx, q, k, v):
+        out, p = attention_forward(q, k, v)
+        ctx.save_for_backward(q, k, v, p)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        return attention_backward(*ctx.saved_tensors, grad_out)
+
+
+qt, kt, vt = (ta.tensor(t, requires_grad=True) for t in (q, k, v))
+assert ta.gradcheck(HandWrittenAttention.apply, (qt, kt, vt))
+print("gradcheck: the hand-written backward matches finite differences")
+grad_out = rng.standard_normal(by_hand.shape)
+ours = attention_backward(q, k, v, attention_forward(q, k, v)[1], grad_out)
+err_backward = 0.0
+for path in ("fast", "reference"):
+    with ta.reference(path == "reference"):
+        F.scaled_dot_product_attention(qt, kt, vt).backward(ta.tensor(grad_out))
+    diffs = [float(np.abs(mine - t.grad.numpy()).max()) for mine, t in zip(ours, (qt, kt, vt))]
+    err_backward = max(err_backward, *diffs)
+    for t in (qt, kt, vt):
+        t.grad = None
+print(f"hand-written dQ, dK, dV vs the library's fast and reference paths: max |difference| = {err_backward:.2e}")
+assert err_backward < 1e-12
+
+# %% [markdown]
 # ## Multi-head attention is four matrix multiplications
 # Split d_model into h heads of size d/h, attend in each head separately, concatenate, project:
 # 1. project: X W_qkv -> Q, K, V, reshaped to (B, h, T, d/h);
@@ -78,12 +137,12 @@ viz.save(fig, plot_path(args, "03_self_attention.png"))
 # Then compare with nn.MultiHeadAttention using the same weights.
 
 # %%
-mha = nn.MultiHeadAttention(d_model, n_heads).double()
+mha = nn.MultiHeadAttention(d_model, num_heads).double()
 w_qkv, b_qkv = mha.qkv.weight.numpy(), mha.qkv.bias.numpy()
 w_o, b_o = mha.out_proj.weight.numpy(), mha.out_proj.bias.numpy()
-head = d_model // n_heads
+head = d_model // num_heads
 qkv = x @ w_qkv.T + b_qkv                                                     # matmul 1
-split = lambda t: t.reshape(1, len(tokens), n_heads, head).transpose(0, 2, 1, 3)
+split = lambda t: t.reshape(1, len(tokens), num_heads, head).transpose(0, 2, 1, 3)
 qh, kh, vh = (split(t) for t in np.split(qkv, 3, axis=-1))
 s = qh @ kh.transpose(0, 1, 3, 2) / math.sqrt(head)                           # matmul 2
 p = np.exp(s - s.max(-1, keepdims=True))
@@ -130,6 +189,6 @@ axes[1].set(title="dot product between positions", xlabel="position", ylabel="po
 viz.save(fig, plot_path(args, "03_positions.png"))
 offsets_agree = float(np.abs(similarity[10, 15] - similarity[40, 45]))
 assert offsets_agree < 1e-4                    # same offset, same similarity, wherever it sits
-report(sdpa_max_abs_err=err_single, multihead_max_abs_err=err_multi, equivariance_err=equivariance_err,
-       positions_break_equivariance=broken, softmax_peak_unscaled=float(peak_unscaled),
-       softmax_peak_scaled=float(peak_scaled))
+report(sdpa_max_abs_err=err_single, backward_max_abs_err=err_backward, multihead_max_abs_err=err_multi,
+       equivariance_err=equivariance_err, positions_break_equivariance=broken,
+       softmax_peak_unscaled=float(peak_unscaled), softmax_peak_scaled=float(peak_scaled))

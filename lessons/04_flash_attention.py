@@ -43,13 +43,15 @@ print(f"online softmax vs softmax: max |difference| = {np.abs(online - full).max
 assert np.allclose(online, full, atol=1e-15)
 
 # %% [markdown]
-# ## Blockwise attention, by hand (forward only)
+# ## Blockwise attention, by hand: forward
 # The same trick with a weighted sum of values carried along: rescale the accumulated output by exp(m - m') too.
+# At the end of a row block, keep one number per query besides its output: the log-sum-exp L = m + log(l). It is
+# all the backward needs to rebuild any block of probabilities exactly, as P = exp(S - L).
 
 # %%
 def blockwise_attention(q, k, v, block=64):
     n, d = q.shape
-    out = np.empty_like(q)
+    out, lse = np.empty((n, v.shape[1])), np.empty((n, 1))
     for r in range(0, n, block):
         qi = q[r:r + block] / np.sqrt(d)
         m = np.full((len(qi), 1), -np.inf)
@@ -64,17 +66,55 @@ def blockwise_attention(q, k, v, block=64):
             acc = acc * scale + p @ v[c:c + block]
             m = m_new
         out[r:r + block] = acc / l
-    return out
+        lse[r:r + block] = m + np.log(l)
+    return out, lse
 
 
 q, k, v = (rng.standard_normal((300, 32)) for _ in range(3))
-naive = F.scaled_dot_product_attention(ta.tensor(q), ta.tensor(k), ta.tensor(v)).numpy()
-print(f"blockwise by hand vs naive: {np.abs(blockwise_attention(q, k, v) - naive).max():.1e}")
-assert np.allclose(blockwise_attention(q, k, v), naive, atol=1e-12)
+qt, kt, vt = (ta.tensor(t, requires_grad=True) for t in (q, k, v))
+naive_out = F.scaled_dot_product_attention(qt, kt, vt)
+out, lse = blockwise_attention(q, k, v)
+print(f"blockwise by hand vs naive: {np.abs(out - naive_out.numpy()).max():.1e}")
+assert np.allclose(out, naive_out.numpy(), atol=1e-12)
+
+# %% [markdown]
+# ## Blockwise attention, by hand: backward
+# Lesson 03 derived attention's backward: dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dP * P)), dQ = dS K s,
+# dK = dS^T Q s. Two facts make it blockwise. Each block of P comes back exactly from the saved L, P = exp(S - L).
+# And rowsum(dP * P) needs whole rows of P, but it equals D = rowsum(dO * O), one number per query computed before
+# the loop: sum_j dP_ij P_ij = sum_j (dO_i . v_j) P_ij = dO_i . sum_j P_ij v_j = dO_i . O_i. So for every pair of a
+# key block j and a query block i: dV_j += P^T dO_i, dP = dO_i V_j^T, dS = P * (dP - D_i), dQ_i += s dS K_j,
+# dK_j += s dS^T Q_i; nothing of size N x N is ever held.
+
+# %%
+def blockwise_attention_backward(q, k, v, out, lse, grad_out, block=64):
+    s = 1 / np.sqrt(q.shape[1])
+    d = (grad_out * out).sum(1, keepdims=True)                   # D = rowsum(dO * O)
+    grad_q, grad_k, grad_v = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+    for c in range(0, len(k), block):                            # a key block ...
+        kj, vj = k[c:c + block], v[c:c + block]
+        for r in range(0, len(q), block):                        # ... against every query block
+            p = np.exp(s * q[r:r + block] @ kj.T - lse[r:r + block])
+            grad_v[c:c + block] += p.T @ grad_out[r:r + block]
+            grad_s = p * (grad_out[r:r + block] @ vj.T - d[r:r + block])
+            grad_q[r:r + block] += s * grad_s @ kj
+            grad_k[c:c + block] += s * grad_s.T @ q[r:r + block]
+    return grad_q, grad_k, grad_v
+
+
+grad_out = rng.standard_normal(out.shape)
+by_hand = blockwise_attention_backward(q, k, v, out, lse, grad_out)
+naive_out.backward(ta.tensor(grad_out))
+backward_err = max(float(np.abs(mine - t.grad.numpy()).max()) for mine, t in zip(by_hand, (qt, kt, vt)))
+print(f"blockwise backward by hand vs the naive path's gradients: {backward_err:.1e}")
+assert backward_err < 1e-12
 
 # %% [markdown]
 # ## The package's flash attention, forward and backward, in float32
-# Causal, 8 heads, a length that is no multiple of the block size; outputs and all three gradients.
+# `F.flash_attention` runs the two functions above, vectorised over batch and heads, with masks and grouped heads:
+# `ReferenceFlashAttention` in tinyattn/functional/flash_attention.py is written in the algorithm's own names (m,
+# l, acc, L, D), and its fast twin arranges the same loops for speed. Here: causal, 8 heads, a length that is no
+# multiple of the block size; outputs and all three gradients against the naive path.
 
 # %%
 ta.manual_seed(0)
@@ -151,5 +191,5 @@ viz.save(fig, plot_path(args, "04_flash_memory_time.png"))
 assert flash_err <= 1e-5, flash_err
 if not args.quick:
     assert memory_ratio <= 0.1, memory_ratio
-report(flash_max_abs_err=flash_err, flash_memory_ratio=memory_ratio, flash_time_ratio=time_ratio,
-       largest_n=largest)
+report(flash_max_abs_err=flash_err, blockwise_backward_max_abs_err=backward_err, flash_memory_ratio=memory_ratio,
+       flash_time_ratio=time_ratio, largest_n=largest)

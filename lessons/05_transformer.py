@@ -29,7 +29,7 @@ for i in range(3):
 
 # %%
 config = models.TransformerConfig(src_vocab=len(data.src_vocab), tgt_vocab=len(data.tgt_vocab), d_model=64,
-                                  n_heads=4, n_layers=1 if args.quick else 2, dropout=0.0 if args.quick else 0.1)
+                                  num_heads=4, n_layers=1 if args.quick else 2, dropout=0.0 if args.quick else 0.1)
 model = models.Transformer(config)
 print(f"{model.num_parameters():,} parameters")
 

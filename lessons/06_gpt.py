@@ -7,6 +7,7 @@
 # model in bits per character, sample from it, and time generation with and without a KV cache.
 
 # %%
+import math
 import time
 
 import numpy as np
@@ -31,10 +32,57 @@ print(f"bigram model (counts of character pairs): {bigram_bpc:.3f} bits per char
 # %%
 prompt_len, new_tokens = 32, 256
 config = models.GPTConfig(vocab_size=len(corpus.vocab), block_size=prompt_len + new_tokens,
-                          n_layer=2, n_head=4, d_model=64 if args.quick else 128)
+                          n_layer=2, num_heads=4, d_model=64 if args.quick else 128)
 model = models.GPT(config)
 print(f"{model.num_parameters():,} parameters, {model.flops_per_token(config.block_size):,} FLOPs per token "
       "(forward + backward)")
+
+# %% [markdown]
+# ## What the model computes, by hand
+# Before training it, write the whole forward pass out in NumPy from the model's own weights: token embedding plus
+# position embedding, then each pre-norm block, x + Attention(LayerNorm(x)) and x + MLP(LayerNorm(x)), then a last
+# LayerNorm and the output head. Causal attention: token t attends to tokens 0..t only. The check runs in float64 on
+# a copy of the untrained model, so the two must agree to rounding.
+
+# %%
+def layer_norm(x, norm):
+    mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + norm.eps) * norm.weight.numpy() + norm.bias.numpy()
+
+
+def linear(x, layer):
+    return x @ layer.weight.numpy().T + (0 if layer.bias is None else layer.bias.numpy())
+
+
+def gelu(x):                                         # x Phi(x), the exact form
+    return 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
+
+
+def block_by_hand(x, block, num_heads):
+    t, d = x.shape
+    q, k, v = np.split(linear(layer_norm(x, block.ln1), block.attn.qkv), 3, axis=-1)
+    heads = [slice(h * d // num_heads, (h + 1) * d // num_heads) for h in range(num_heads)]
+    attended = np.zeros((t, d))
+    for h in heads:                                  # one head at a time: softmax(q k^T / sqrt(d_h) + causal mask) v
+        scores = q[:, h] @ k[:, h].T / math.sqrt(d // num_heads)
+        scores[np.triu_indices(t, 1)] = -np.inf
+        p = np.exp(scores - scores.max(-1, keepdims=True))
+        attended[:, h] = p / p.sum(-1, keepdims=True) @ v[:, h]
+    x = x + linear(attended, block.attn.out_proj)
+    return x + linear(gelu(linear(layer_norm(x, block.ln2), block.mlp.fc1)), block.mlp.fc2)
+
+
+copy = models.GPT(config)
+copy.load_state_dict(model.state_dict())
+copy.double()
+ids = corpus.val[:24]
+x = copy.tok_emb.weight.numpy()[ids] + copy.pos_emb.weight.numpy()[:len(ids)]
+for block in copy.blocks:
+    x = block_by_hand(x, block, config.num_heads)
+logits_by_hand = linear(layer_norm(x, copy.ln_f), copy.head)
+gpt_by_hand_err = float(np.abs(logits_by_hand - copy(ta.tensor(ids[None])).numpy()[0]).max())
+print(f"GPT forward by hand vs models.GPT, float64: max |difference| of the logits = {gpt_by_hand_err:.1e}")
+assert gpt_by_hand_err < 1e-10
 
 # %% [markdown]
 # ## Training on random windows
@@ -97,4 +145,5 @@ viz.save(viz.curves({"train loss (nats)": losses}), plot_path(args, "06_gpt_loss
 if not args.quick:
     assert val_bpc <= 0.8 * bigram_bpc, (val_bpc, bigram_bpc)
     assert speedup >= 2, speedup
-report(lm_val_bpc=val_bpc, lm_bigram_bpc=bigram_bpc, kv_cache_speedup=speedup, parameters=model.num_parameters())
+report(lm_val_bpc=val_bpc, lm_bigram_bpc=bigram_bpc, kv_cache_speedup=speedup, parameters=model.num_parameters(),
+       gpt_by_hand_max_abs_err=gpt_by_hand_err)

@@ -23,15 +23,15 @@ from common import options, plot_path, progress, report
 
 args = options(__doc__)
 corpus = CharCorpus(max_chars=60_000 if args.quick else None)
-base = dict(vocab_size=len(corpus.vocab), block_size=64, n_layer=2, n_head=4, d_model=64)
+base = dict(vocab_size=len(corpus.vocab), block_size=64, n_layer=2, num_heads=4, d_model=64)
 variants = {
     "pre-norm (baseline)": {},
     "post-norm": {"prenorm": False},
     "RMSNorm": {"norm": "rms"},
     "SwiGLU": {"mlp": "swiglu"},
     "MoE 4x top-2": {"mlp": "moe", "n_experts": 4, "top_k": 2},
-    "GQA (2 KV heads)": {"n_kv_head": 2},
-    "MQA (1 KV head)": {"n_kv_head": 1},
+    "GQA (2 KV heads)": {"num_kv_heads": 2},
+    "MQA (1 KV head)": {"num_kv_heads": 1},
 }
 steps, batch_size = (15, 8) if args.quick else (150, 16)
 

@@ -25,7 +25,7 @@ print({name: len(rows) for name, rows in data.split.items()}, "images of", data.
 
 # %%
 config = models.ViTConfig(image_size=16, patch_size=4, in_chans=1, num_classes=10, d_model=64,
-                          depth=2 if args.quick else 3, n_heads=4, mlp_ratio=2, pool="mean")
+                          depth=2 if args.quick else 3, num_heads=4, mlp_ratio=2, pool="mean")
 model = models.ViT(config)
 print(f"{model.num_parameters():,} parameters, {model.patch_embed.num_patches} patches")
 

@@ -70,7 +70,7 @@ results = {"CNN": fit(cnn, "CNN", lr=1e-2)}
 # time the two heads' logits are averaged.
 
 # %%
-deit = models.ViT(models.ViTConfig(image_size=16, patch_size=4, d_model=64, depth=3, n_heads=4, mlp_ratio=2,
+deit = models.ViT(models.ViTConfig(image_size=16, patch_size=4, d_model=64, depth=3, num_heads=4, mlp_ratio=2,
                                    distillation=True))
 cnn.eval()
 

@@ -22,7 +22,7 @@ print("caption of strip 0:", data.vocab.decode(data.captions[0], " "))
 
 # %%
 config = models.CaptionerConfig(image_height=8, image_width=24, patch_size=4, vocab=len(data.vocab), d_model=64,
-                                n_heads=4, embed_dim=32, hidden=64, attention_dim=64)
+                                num_heads=4, embed_dim=32, hidden=64, attention_dim=64)
 model = models.Captioner(config)
 print(f"{model.num_parameters():,} parameters, {model.grid[0] * model.grid[1]} patches of 4x4")
 

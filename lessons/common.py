@@ -6,6 +6,8 @@ import sys
 
 from tqdm.auto import tqdm
 
+import tinyattn
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLOTS = os.path.join(ROOT, "plots")
 
@@ -20,6 +22,7 @@ def options(description=""):
     # Quick runs keep out of plots/, whose figures come from the real runs and are shown in the README.
     args.plots = args.plots or (os.path.join(PLOTS, "quick") if args.quick else PLOTS)
     os.makedirs(args.plots, exist_ok=True)
+    tinyattn.cpu.tune_allocator()   # a lesson is a whole program: let glibc keep freed memory (tinyattn/cpu/tuning.py)
     return args
 
 

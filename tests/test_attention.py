@@ -150,10 +150,10 @@ def test_self_attention_is_permutation_equivariant_without_positions():
     assert not np.allclose(host(mha(x[:, perm], is_causal=True)), causal[:, perm])
 
 
-@pytest.mark.parametrize("n_kv_heads", [4, 2, 1])
-def test_mha_naive_and_flash_agree_and_heads_share(n_kv_heads):
-    naive = nn.MultiHeadAttention(16, 4, n_kv_heads=n_kv_heads).double()
-    flash = nn.MultiHeadAttention(16, 4, n_kv_heads=n_kv_heads, impl="flash").double()
+@pytest.mark.parametrize("num_kv_heads", [4, 2, 1])
+def test_mha_naive_and_flash_agree_and_heads_share(num_kv_heads):
+    naive = nn.MultiHeadAttention(16, 4, num_kv_heads=num_kv_heads).double()
+    flash = nn.MultiHeadAttention(16, 4, num_kv_heads=num_kv_heads, impl="flash").double()
     flash.load_state_dict(naive.state_dict())
     x = randn(2, 9, 16)
     pad = np.zeros((2, 9), dtype=bool)
@@ -161,8 +161,8 @@ def test_mha_naive_and_flash_agree_and_heads_share(n_kv_heads):
     for kwargs in ({"is_causal": True}, {"key_padding_mask": ta.tensor(pad)}):
         np.testing.assert_allclose(host(flash(x, **kwargs)), host(naive(x, **kwargs)), atol=1e-12)
     head_dim = 4
-    assert naive.qkv.weight.shape == (16 + 2 * n_kv_heads * head_dim, 16)
-    assert naive.kv_cache_bytes_per_token() == 2 * n_kv_heads * head_dim * 4
+    assert naive.qkv.weight.shape == (16 + 2 * num_kv_heads * head_dim, 16)
+    assert naive.kv_cache_bytes_per_token() == 2 * num_kv_heads * head_dim * 4
     assert ta.gradcheck(lambda x, *p: naive(x, is_causal=True), (x, *naive.parameters()), full_jacobian=False)
 
 
@@ -199,7 +199,7 @@ def test_cross_attention_shapes_and_errors():
 @pytest.mark.parametrize("rotary", [False, True])
 def test_kv_cache_decoding_equals_full_sequence(impl, rotary):
     rope = nn.RotaryEmbedding(4, max_len=32) if rotary else None
-    mha = nn.MultiHeadAttention(16, 4, n_kv_heads=2, impl=impl, rotary=rope)
+    mha = nn.MultiHeadAttention(16, 4, num_kv_heads=2, impl=impl, rotary=rope)
     x = ta.randn(2, 10, 16)
     with ta.no_grad():
         full = host(mha(x, is_causal=True))

@@ -10,7 +10,7 @@ from conftest import host
 
 
 def tiny_gpt(**overrides):
-    config = dict(vocab_size=17, block_size=16, n_layer=2, n_head=4, d_model=16)
+    config = dict(vocab_size=17, block_size=16, n_layer=2, num_heads=4, d_model=16)
     return models.GPT(models.GPTConfig(**{**config, **overrides}))
 
 
@@ -19,10 +19,10 @@ def images(b=4, c=1, size=8):
 
 
 VISION = {
-    "vit": lambda: models.ViT(models.ViTConfig(image_size=8, patch_size=4, d_model=16, depth=2, n_heads=2,
+    "vit": lambda: models.ViT(models.ViTConfig(image_size=8, patch_size=4, d_model=16, depth=2, num_heads=2,
                                               num_classes=3)),
     "vit-mean-sincos": lambda: models.ViT(models.ViTConfig(image_size=8, patch_size=2, d_model=16, depth=1,
-                                                          n_heads=2, num_classes=3, pool="mean",
+                                                          num_heads=2, num_classes=3, pool="mean",
                                                           position="sincos2d")),
     "swin": lambda: models.Swin(models.SwinConfig(image_size=8, patch_size=1, embed_dim=8, depths=(2, 1),
                                                  num_heads=(2, 2), window_size=4, num_classes=3)),
@@ -70,7 +70,7 @@ def test_swin_shifts_alternate_and_merging_halves_the_grid():
 
 
 def test_vit_attention_maps_flash_and_distillation():
-    config = dict(image_size=8, patch_size=4, d_model=16, depth=2, n_heads=2, num_classes=3)
+    config = dict(image_size=8, patch_size=4, d_model=16, depth=2, num_heads=2, num_classes=3)
     vit = models.ViT(models.ViTConfig(**config))
     x = images()
     logits, maps = vit(x, return_attention=True)
@@ -92,8 +92,8 @@ def test_vit_attention_maps_flash_and_distillation():
     np.testing.assert_allclose(host(deit(x)), (host(cls_logits) + host(dist_logits)) / 2, atol=1e-5)
 
 
-@pytest.mark.parametrize("overrides", [{}, {"norm": "rms", "mlp": "swiglu"}, {"mlp": "moe", "n_kv_head": 2},
-                                       {"n_kv_head": 1, "position": "rope"}, {"tie_weights": True},
+@pytest.mark.parametrize("overrides", [{}, {"norm": "rms", "mlp": "swiglu"}, {"mlp": "moe", "num_kv_heads": 2},
+                                       {"num_kv_heads": 1, "position": "rope"}, {"tie_weights": True},
                                        {"prenorm": False}])
 def test_gpt_variants_overfit_and_flash_matches(overrides):
     ta.manual_seed(0)
@@ -125,7 +125,7 @@ def test_gpt_generate_with_cache_equals_without_and_parameter_count():
     sampled = host(model.generate(prompt, 10, temperature=1.0, top_k=5))
     assert sampled.shape == (2, 13) and ((0 <= sampled) & (sampled < 17)).all()
     d, layers = 64, 3
-    big = models.GPT(models.GPTConfig(vocab_size=100, block_size=32, n_layer=layers, n_head=4, d_model=d))
+    big = models.GPT(models.GPTConfig(vocab_size=100, block_size=32, n_layer=layers, num_heads=4, d_model=d))
     per_block = sum(p.numel() for p in big.blocks[0].parameters())
     assert 12 * d * d <= per_block <= 12 * d * d + 13 * d       # 12 D^2 weights, plus biases and norms
     matmul_params = big.num_parameters() - 100 * d - 32 * d
@@ -135,7 +135,7 @@ def test_gpt_generate_with_cache_equals_without_and_parameter_count():
 def test_transformer_post_and_pre_norm_overfit_and_decode():
     for norm_first in (False, True):
         ta.manual_seed(0)
-        config = models.TransformerConfig(src_vocab=12, tgt_vocab=12, d_model=16, n_heads=2, n_layers=1,
+        config = models.TransformerConfig(src_vocab=12, tgt_vocab=12, d_model=16, num_heads=2, n_layers=1,
                                           dropout=0.0, norm_first=norm_first)
         model = models.Transformer(config)
         src = ta.tensor([[5, 6, 7, 8, 0], [9, 10, 11, 0, 0]])
@@ -151,7 +151,7 @@ def test_transformer_post_and_pre_norm_overfit_and_decode():
 
 
 def test_transformer_gradcheck_and_padding_does_not_leak():
-    config = models.TransformerConfig(src_vocab=9, tgt_vocab=9, d_model=8, n_heads=2, n_layers=1, dropout=0.0)
+    config = models.TransformerConfig(src_vocab=9, tgt_vocab=9, d_model=8, num_heads=2, n_layers=1, dropout=0.0)
     model = models.Transformer(config).double()
     src, tgt = ta.tensor([[3, 4, 5, 0]]), ta.tensor([[1, 6, 7]])
     assert ta.gradcheck(lambda *ps: model(src, tgt), tuple(model.parameters()), full_jacobian=False, directions=1)
@@ -195,7 +195,7 @@ def test_seq2seq_gradcheck_and_padding_does_not_change_the_encoding():
 
 def test_captioner_overfits_and_attends_over_patches():
     ta.manual_seed(0)
-    config = models.CaptionerConfig(image_height=4, image_width=12, patch_size=4, vocab=8, d_model=16, n_heads=2,
+    config = models.CaptionerConfig(image_height=4, image_width=12, patch_size=4, vocab=8, d_model=16, num_heads=2,
                                     embed_dim=8, hidden=16, attention_dim=16)
     model = models.Captioner(config)
     x = ta.randn(3, 1, 4, 12)
@@ -216,7 +216,7 @@ def test_captioner_overfits_and_attends_over_patches():
 
 
 def test_transformer_flash_equals_naive():
-    config = dict(src_vocab=12, tgt_vocab=12, d_model=16, n_heads=2, n_layers=2, dropout=0.0)
+    config = dict(src_vocab=12, tgt_vocab=12, d_model=16, num_heads=2, n_layers=2, dropout=0.0)
     naive = models.Transformer(models.TransformerConfig(**config))
     flash = models.Transformer(models.TransformerConfig(impl="flash", **config))
     flash.load_state_dict(naive.state_dict())

@@ -4,8 +4,8 @@ Everything above it asks for an array module (``xp``) by device name or from an
 array it already holds, so the same op code runs on the CPU and on an NVIDIA GPU.
 CuPy is imported lazily: a machine without it never pays for the import.
 """
+import math
 import os
-import sys
 
 import numpy
 
@@ -26,25 +26,6 @@ def _load_cupy():
                                "matching your CUDA driver)") from error
         _cupy = cupy
     return _cupy
-
-
-def keep_freed_memory_for_reuse():
-    """Ask glibc to keep freed blocks for reuse instead of returning them to the OS at once.
-
-    NumPy allocates a fresh array for every temporary; by default glibc serves arrays of more than about 128 KiB
-    with mmap and unmaps them on free, so the next op of the same size pays page faults on every 4 KiB page. For
-    attention blocks that costs as much as the arithmetic (measured in tinyattn.bench). Raising the mmap and trim
-    thresholds lets those pages be reused. Set TINYATTN_KEEP_MALLOC=1 to leave the allocator alone.
-    """
-    if os.environ.get("TINYATTN_KEEP_MALLOC") == "1" or not sys.platform.startswith("linux"):
-        return False
-    try:
-        import ctypes
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:  # not glibc (musl, for example): nothing to tune
-        return False
-    m_trim_threshold, m_mmap_threshold = -1, -3
-    return bool(libc.mallopt(m_mmap_threshold, 32 << 20) and libc.mallopt(m_trim_threshold, 256 << 20))
 
 
 def cuda_is_available():
@@ -113,25 +94,19 @@ def to_host(array):
 
 def scatter_add(target, indices, values):
     """target[indices] += values, summing repeated indices (plain assignment would keep only one)."""
-    if is_cupy_array(target):
-        _load_cupy().add.at(target, indices, values)      # atomic adds on the GPU
-    elif isinstance(indices, numpy.ndarray) and indices.ndim == 1 and indices.dtype.kind in "iu":
-        _add_rows(target, indices, values)
-    else:
-        numpy.add.at(target, indices, values)
+    xp_of(target).add.at(target, indices, values)      # on the GPU, atomic adds
     return target
 
 
-def _add_rows(target, rows, values):
-    """target[rows] += values for one integer index along axis 0 (embedding gradients): sort the rows, sum each run
-    of equal ones with reduceat, then one indexed add. ~2.7x faster than numpy.add.at, which goes element by element."""
-    if rows.size == 0:
-        return
-    rows = numpy.where(rows < 0, rows + target.shape[0], rows)
-    order = numpy.argsort(rows, kind="stable")
-    sorted_rows = rows[order]
-    starts = numpy.flatnonzero(numpy.r_[True, sorted_rows[1:] != sorted_rows[:-1]])
-    target[sorted_rows[starts]] += numpy.add.reduceat(values[order], starts, axis=0)
+def erfc(x):
+    """The complementary error function, elementwise, from the C library (NumPy has none) or CuPy's."""
+    if is_cupy_array(x):
+        import cupyx.scipy.special
+        return cupyx.scipy.special.erfc(x)
+    return _erfc(x).astype(x.dtype)
+
+
+_erfc = numpy.frompyfunc(math.erfc, 1, 1)
 
 
 def manual_seed(seed):

@@ -93,7 +93,7 @@ def train_step(work, args):
     else:
         import tinyattn as ta
         from tinyattn.models import GPT, GPTConfig
-        config = GPTConfig(vocab_size=args.vocab, block_size=args.seq, n_layer=args.layers, n_head=args.heads,
+        config = GPTConfig(vocab_size=args.vocab, block_size=args.seq, n_layer=args.layers, num_heads=args.heads,
                            d_model=args.d_model, impl=args.impl)
         model = GPT(config).to(args.device)
         optimizer = ta.optim.AdamW(model.parameters(), lr=3e-4)
@@ -165,6 +165,7 @@ def measure(args):
     if args.framework != "torch":
         import tinyattn as ta
         ta.manual_seed(0)
+        ta.cpu.tune_allocator()         # as a training script would (tinyattn never changes the allocator by itself)
     step, info = WORKLOADS[args.command](work, args)
     rss_before = peak_rss_mib()
     times = []

@@ -39,16 +39,17 @@ def as_tensor(data, dtype=None, device=None):
     return tensor(data, dtype=dtype, device=device)
 
 
-def _shape(size):
+def shape_from_args(size):
+    """Accept both f(2, 3) and f((2, 3)), as PyTorch does."""
     return tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list)) else tuple(size)
 
 
 def zeros(*size, dtype=None, device=None, requires_grad=False):
-    return Tensor(backend.xp_for(_resolve(device)).zeros(_shape(size), dtype=_dtype(dtype)), requires_grad)
+    return Tensor(backend.xp_for(_resolve(device)).zeros(shape_from_args(size), dtype=_dtype(dtype)), requires_grad)
 
 
 def ones(*size, dtype=None, device=None, requires_grad=False):
-    return Tensor(backend.xp_for(_resolve(device)).ones(_shape(size), dtype=_dtype(dtype)), requires_grad)
+    return Tensor(backend.xp_for(_resolve(device)).ones(shape_from_args(size), dtype=_dtype(dtype)), requires_grad)
 
 
 def full(size, fill_value, dtype=None, device=None, requires_grad=False):
@@ -79,13 +80,13 @@ def eye(n, m=None, dtype=None, device=None):
 
 def randn(*size, dtype=None, device=None, requires_grad=False):
     device = _resolve(device)
-    array = backend.generator(device).standard_normal(_shape(size), dtype=_dtype(dtype))
+    array = backend.generator(device).standard_normal(shape_from_args(size), dtype=_dtype(dtype))
     return Tensor(array, requires_grad)
 
 
 def rand(*size, dtype=None, device=None, requires_grad=False):
     device = _resolve(device)
-    return Tensor(backend.generator(device).random(_shape(size), dtype=_dtype(dtype)), requires_grad)
+    return Tensor(backend.generator(device).random(shape_from_args(size), dtype=_dtype(dtype)), requires_grad)
 
 
 def randint(low, high=None, size=(), dtype=None, device=None):

@@ -8,9 +8,9 @@ import builtins
 import itertools
 import math
 
-from . import threads
-from .backend import scatter_add, xp_of
-from .tensor import Function, Tensor, as_tensor_like
+from .backend import DEVICES, device_of, scatter_add, to_device, xp_of
+from .creation import shape_from_args
+from .tensor import Function, Tensor, as_array, as_tensor_like
 
 
 def _axes(dim, ndim):
@@ -200,23 +200,18 @@ class Tanh(Function):
         return grad * (1 - out * out)
 
 
-def stable_sigmoid(x):
-    """1 / (1 + exp(-x)) without overflow: with e = exp(-|x|), it is 1 / (1 + e) for x >= 0 and e / (1 + e) for
+def sigmoid_array(x):
+    """1 / (1 + exp(-x)), from e = exp(-|x|) so that nothing overflows: 1 / (1 + e) for x >= 0, e / (1 + e) for
     x < 0 (not 1 - 1 / (1 + e), which rounds small values to 0)."""
     xp = xp_of(x)
     e = xp.exp(-xp.abs(x))
-    negative = x < 0
-    numerator = negative * e       # e where x < 0, else 1: arithmetic, as NumPy's where() is slow on mixed signs
-    numerator += ~negative
-    e += 1
-    numerator /= e
-    return numerator
+    return xp.where(x >= 0, 1 / (1 + e), e / (1 + e))
 
 
 class Sigmoid(Function):
     @staticmethod
     def forward(ctx, x):
-        out = stable_sigmoid(x)
+        out = sigmoid_array(x)
         ctx.save_for_backward(out)
         return out
 
@@ -253,13 +248,11 @@ class Cast(Function):
 class ToDevice(Function):
     @staticmethod
     def forward(ctx, x, device):
-        from .backend import device_of, to_device
         ctx.device = device_of(x)
         return to_device(x, device)
 
     @staticmethod
     def backward(ctx, grad):
-        from .backend import to_device
         return to_device(grad, ctx.device), None
 
 
@@ -270,7 +263,7 @@ class MatMul(Function):
     @staticmethod
     def forward(ctx, a, b):
         ctx.save_for_backward(a, b)
-        return threads.matmul(a, b)
+        return a @ b
 
     @staticmethod
     def backward(ctx, grad):
@@ -289,14 +282,14 @@ class MatMul(Function):
             g2 = grad
         grad_a = grad_b = None
         if ctx.needs_input_grad[0]:
-            grad_a = threads.matmul(g2, xp.swapaxes(b2, -1, -2))
+            grad_a = g2 @ xp.swapaxes(b2, -1, -2)
             grad_a = grad_a.reshape(grad_a.shape[:-2] + (-1,)) if a.ndim == 1 else grad_a
         if ctx.needs_input_grad[1]:
             if b2.ndim == 2 and a2.ndim > 2:
                 # A weight shared by every batch element: one large matmul instead of a batch of small ones.
-                grad_b = threads.matmul(a2.reshape(-1, a2.shape[-1]).T, g2.reshape(-1, g2.shape[-1]))
+                grad_b = a2.reshape(-1, a2.shape[-1]).T @ g2.reshape(-1, g2.shape[-1])
             else:
-                grad_b = threads.matmul(xp.swapaxes(a2, -1, -2), g2)
+                grad_b = xp.swapaxes(a2, -1, -2) @ g2
             grad_b = grad_b[..., 0] if b.ndim == 1 else grad_b
         return grad_a, grad_b
 
@@ -343,8 +336,8 @@ class Var(Function):
         return _restore_reduced(grad, centred.shape, ctx.axes, ctx.keepdim) * centred * (2 / ctx.denominator)
 
 
-class MaxAlongDim(Function):
-    """max or min over one dim; the gradient goes to the index the forward picked."""
+class TakeAlongDim(Function):
+    """x's values at given indices along one dim (max or min picks them); the gradient goes back to those indices."""
 
     @staticmethod
     def forward(ctx, x, indices, dim, keepdim=False):
@@ -364,8 +357,8 @@ class MaxAlongDim(Function):
         return xp.where(chosen, grad, xp.zeros((), dtype=grad.dtype)), None, None
 
 
-class MaxAll(Function):
-    """max or min of all elements; ties share the gradient evenly."""
+class MaxOrMin(Function):
+    """max (largest=True) or min of all elements; ties share the gradient evenly."""
 
     @staticmethod
     def forward(ctx, x, largest=True):
@@ -549,24 +542,6 @@ class IndexAdd(Function):
         return grad, None, grad[index]
 
 
-class Tril(Function):
-    """Keep the lower triangle (j <= i + diagonal) of the last two dims; upper=True keeps the upper one."""
-
-    @staticmethod
-    def forward(ctx, x, diagonal=0, upper=False):
-        xp = xp_of(x)
-        rows, cols = x.shape[-2:]
-        keep = xp.triu(xp.ones((rows, cols), dtype=bool), diagonal) if upper else \
-            xp.tril(xp.ones((rows, cols), dtype=bool), diagonal)
-        ctx.save_for_backward(keep)
-        return xp.where(keep, x, xp.zeros((), dtype=x.dtype))
-
-    @staticmethod
-    def backward(ctx, grad):
-        (keep,) = ctx.saved_tensors
-        return xp_of(grad).where(keep, grad, xp_of(grad).zeros((), dtype=grad.dtype)), None
-
-
 # -- the public functions ---------------------------------------------------------------------------
 def _binary(function, a, b):
     if not isinstance(a, Tensor):
@@ -666,10 +641,10 @@ class _ValuesIndices(tuple):
 
 def _extreme(x, dim, keepdim, largest):
     if dim is None:
-        return MaxAll.apply(x, largest=largest)
+        return MaxOrMin.apply(x, largest=largest)
     xp = xp_of(x.data)
     indices = (xp.argmax if largest else xp.argmin)(x.data, axis=dim)
-    values = MaxAlongDim.apply(x, indices, dim, keepdim=keepdim)
+    values = TakeAlongDim.apply(x, indices, dim, keepdim=keepdim)
     return _ValuesIndices((values, Tensor(xp.expand_dims(indices, dim) if keepdim else indices)))
 
 
@@ -693,18 +668,13 @@ def argmin(x, dim=None, keepdim=False):
     return argmax(-x.detach(), dim, keepdim)
 
 
-def _shape_args(shape):
-    """Accept both f(2, 3) and f((2, 3)), as PyTorch does."""
-    return tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
-
-
 def reshape(x, *shape):
-    shape = _shape_args(shape)
+    shape = shape_from_args(shape)
     return x if shape == x.shape else Reshape.apply(x, shape)
 
 
 def permute(x, *dims):
-    dims = tuple(d % x.ndim for d in _shape_args(dims))
+    dims = tuple(d % x.ndim for d in shape_from_args(dims))
     if sorted(dims) != list(range(x.ndim)):
         raise ValueError(f"permute needs a permutation of {x.ndim} dims, got {dims}")
     return Permute.apply(x, dims)
@@ -739,7 +709,7 @@ def flatten(x, start_dim=0, end_dim=-1):
 
 
 def expand(x, *shape):
-    shape = _shape_args(shape)
+    shape = shape_from_args(shape)
     lead = len(shape) - x.ndim
     shape = tuple(x.shape[i - lead] if s == -1 else s for i, s in enumerate(shape))
     return Expand.apply(x, shape)
@@ -777,7 +747,7 @@ def where(condition, input, other):
 
 
 def masked_fill(x, mask, value):
-    mask = mask.data if isinstance(mask, Tensor) else mask
+    mask = as_array(mask)
     if mask.dtype != bool:
         raise TypeError(f"masked_fill needs a boolean mask, got dtype {mask.dtype}")
     return MaskedFill.apply(x, mask, builtins.float(value))
@@ -822,25 +792,37 @@ def index_add(x, dim, index, source):
     """x with source's rows added at index along dim 0 (the only dim supported), differentiable in x and source."""
     if dim != 0:
         raise ValueError("index_add supports dim=0")
-    return IndexAdd.apply(x, index.data if isinstance(index, Tensor) else index, source)
+    return IndexAdd.apply(x, as_array(index), source)
+
+
+def _triangle(x, keep):
+    """x with zeros outside the triangle that keep marks in its last two dims."""
+    return MaskedFill.apply(x, ~keep(xp_of(x.data).ones(x.shape[-2:], dtype=bool)), 0.0)
 
 
 def tril(x, diagonal=0):
-    return Tril.apply(x, diagonal, upper=False)
+    """Keep the lower triangle (j <= i + diagonal) of the last two dims, zeros elsewhere."""
+    return _triangle(x, lambda ones: xp_of(ones).tril(ones, diagonal))
 
 
 def triu(x, diagonal=0):
-    return Tril.apply(x, diagonal, upper=True)
+    """Keep the upper triangle (j >= i + diagonal) of the last two dims, zeros elsewhere."""
+    return _triangle(x, lambda ones: xp_of(ones).triu(ones, diagonal))
 
 
-def to(x, *args, dtype=None, device=None):
-    """x.to("cuda"), x.to(float64), x.to(device=..., dtype=...): differentiable moves and casts."""
-    from .backend import DEVICES
+def to_args(args, dtype=None, device=None):
+    """(dtype, device) from the arguments of tensor.to / module.to: ("cuda"), (float64), (device=..., dtype=...)."""
     for arg in args:
         if isinstance(arg, str) and arg.split(":")[0] in DEVICES:
             device = arg
         else:
             dtype = arg
+    return dtype, device
+
+
+def to(x, *args, dtype=None, device=None):
+    """x.to("cuda"), x.to(float64), x.to(device=..., dtype=...): differentiable moves and casts."""
+    dtype, device = to_args(args, dtype, device)
     if device is not None and device.split(":")[0] != x.device:
         x = ToDevice.apply(x, device.split(":")[0])
     if dtype is not None and xp_of(x.data).dtype(dtype) != x.dtype:
@@ -850,7 +832,7 @@ def to(x, *args, dtype=None, device=None):
 
 def _compare(op):
     def compare(a, b):
-        b = b.data if isinstance(b, Tensor) else b
+        b = as_array(b)
         return Tensor(op(a.data, b))
     return compare
 

@@ -5,7 +5,7 @@ Updates change parameter arrays in place (p.data), outside the graph. Hyper-para
 """
 import math
 
-from . import backend, threads
+from . import backend, cpu
 
 
 class Optimizer:
@@ -67,8 +67,8 @@ class Adam(Optimizer):
             if id(p) not in self.state:
                 xp = backend.xp_of(p.data)
                 self.state[id(p)] = {"step": 0, "m": xp.zeros_like(p.data), "v": xp.zeros_like(p.data)}
-        if updates:  # each parameter's update is independent: the CPU threads share them
-            threads.share(lambda share: [self._update(*update) for update in share], updates, updates[0][1].data)
+        # Each parameter's update is independent: the CPU threads share them.
+        cpu.for_each_part(lambda update: self._update(*update), updates)
 
     def _update(self, group, p, g):
         lr, (beta1, beta2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]

@@ -11,7 +11,7 @@ import zipfile
 import numpy
 
 from . import backend
-from .tensor import Tensor
+from .tensor import Tensor, as_array
 
 
 class CheckpointError(ValueError):
@@ -20,7 +20,7 @@ class CheckpointError(ValueError):
 
 def save(state_dict, path):
     """Write name -> Tensor (or array) to path as an .npz archive, atomically."""
-    arrays = {name: backend.to_host(t.data if isinstance(t, Tensor) else t) for name, t in state_dict.items()}
+    arrays = {name: backend.to_host(as_array(t)) for name, t in state_dict.items()}
     for name, array in arrays.items():
         if array.dtype.hasobject:
             raise TypeError(f"save: {name!r} is a {type(state_dict[name]).__name__} that becomes an object array; "

@@ -65,6 +65,25 @@ class Node:
         self.inputs = inputs  # a Tensor or None per positional argument of forward
         self.input_shapes = [None if t is None else t.shape for t in inputs]
 
+    def input_gradients(self, grad):
+        """(input, its gradient) for every input that wants one, each reduced to that input's shape."""
+        if self.ctx is None:
+            raise RuntimeError(
+                f"trying to backward through {self.function.__name__} a second time: its saved arrays were "
+                "freed by the first backward. Pass retain_graph=True to the first backward to keep them.")
+        grads = self.function.backward(self.ctx, grad)
+        grads = grads if isinstance(grads, tuple) else (grads,)
+        if len(grads) != len(self.inputs):
+            raise RuntimeError(f"{self.function.__name__}.backward returned {len(grads)} gradients "
+                               f"for {len(self.inputs)} inputs")
+        return [(parent, _sum_to_shape(parent_grad, shape, self.function))
+                for parent, parent_grad, shape in zip(self.inputs, grads, self.input_shapes)
+                if parent is not None and parent_grad is not None and parent.requires_grad]
+
+    def release(self):
+        """Free what forward saved (backward through this node again then raises)."""
+        self.ctx = None
+
 
 def _is_float(dtype):
     return dtype.kind == "f"
@@ -166,53 +185,45 @@ class Tensor:
 
     # -- the backward walk --------------------------------------------------------------------
     def backward(self, gradient=None, retain_graph=False):
-        """Accumulate d(self)/d(leaf) into the .grad of every leaf that requires grad."""
-        if not self.requires_grad:
-            raise RuntimeError("backward() on a tensor that does not require grad (and has no grad_fn)")
-        if gradient is None:
-            if self.data.size != 1:
-                raise RuntimeError(f"backward() without a gradient needs a one-element output, got shape {self.shape}")
-            gradient = backend.xp_of(self.data).ones_like(self.data)
-        else:
-            gradient = gradient.data if isinstance(gradient, Tensor) else gradient
-            if tuple(gradient.shape) != self.shape:
-                raise RuntimeError(f"gradient shape {tuple(gradient.shape)} does not match output shape {self.shape}")
+        """Accumulate d(self)/d(leaf) into the .grad of every leaf that requires grad.
 
-        pending = {id(self): gradient}  # gradients not yet passed on, by tensor
+        Each tensor that leads here is visited once, after every tensor that uses it (topological order), so its
+        gradient is complete when its node passes it on to the node's inputs.
+        """
+        pending = {id(self): _output_gradient(self, gradient)}  # gradients not yet passed on, by tensor
         for tensor in reversed(_topological_order(self)):
             grad = pending.pop(id(tensor), None)
             if grad is None:
                 continue
-            if tensor._node is None or tensor._retains_grad:
+            if tensor.is_leaf or tensor._retains_grad:
                 tensor._accumulate_grad(grad)
-            node = tensor._node
-            if node is None:
+            if tensor.is_leaf:
                 continue
-            if node.ctx is None:
-                raise RuntimeError(
-                    f"trying to backward through {node.function.__name__} a second time: its saved arrays were "
-                    "freed by the first backward. Pass retain_graph=True to the first backward to keep them.")
-            input_grads = node.function.backward(node.ctx, grad)
-            if not isinstance(input_grads, tuple):
-                input_grads = (input_grads,)
-            if len(input_grads) != len(node.inputs):
-                raise RuntimeError(f"{node.function.__name__}.backward returned {len(input_grads)} gradients "
-                                   f"for {len(node.inputs)} inputs")
-            for parent, parent_grad, shape in zip(node.inputs, input_grads, node.input_shapes):
-                if parent is None or parent_grad is None or not parent.requires_grad:
-                    continue
-                parent_grad = _sum_to_shape(parent_grad, shape, node.function)
-                key = id(parent)
+            for parent, parent_grad in tensor._node.input_gradients(grad):
                 # Out of place: a backward may hand the same array to several inputs.
-                pending[key] = parent_grad if key not in pending else pending[key] + parent_grad
+                pending[id(parent)] = parent_grad if id(parent) not in pending else pending[id(parent)] + parent_grad
             if not retain_graph:
-                node.ctx = None
+                tensor._node.release()
 
     def _accumulate_grad(self, grad):
         if self.grad is None:
             self.grad = Tensor(grad.copy())  # a copy: optimisers may change .grad in place
         else:
             self.grad.data = self.grad.data + grad
+
+
+def _output_gradient(output, gradient):
+    """The gradient backward starts from: ones for a one-element output, else the one given, checked."""
+    if not output.requires_grad:
+        raise RuntimeError("backward() on a tensor that does not require grad (and has no grad_fn)")
+    if gradient is None:
+        if output.data.size != 1:
+            raise RuntimeError(f"backward() without a gradient needs a one-element output, got shape {output.shape}")
+        return backend.xp_of(output.data).ones_like(output.data)
+    gradient = as_array(gradient)
+    if tuple(gradient.shape) != output.shape:
+        raise RuntimeError(f"gradient shape {tuple(gradient.shape)} does not match output shape {output.shape}")
+    return gradient
 
 
 def _topological_order(root):
@@ -273,21 +284,30 @@ class Function:
 
     @classmethod
     def apply(cls, *args, **kwargs):
-        # Tensors and raw arrays (masks, indices) alike: CuPy would fail on a NumPy operand with a TypeError
-        # that names neither device.
-        placed = [(a.device if isinstance(a, Tensor) else backend.device_of(a), a) for a in args
-                  if isinstance(a, Tensor) or backend.is_array(a)]
-        if len({device for device, _ in placed}) > 1:
-            raise RuntimeError(f"{cls.__name__} got inputs on different devices: "
-                               + ", ".join(f"{device} {tuple(a.shape)}" for device, a in placed))
+        """Run forward on the raw arrays of args and, when a gradient is wanted, record the call for backward."""
+        _check_one_device(cls, args)
         ctx = Context(tuple(isinstance(a, Tensor) and a.requires_grad for a in args))
-        arrays = [a.data if isinstance(a, Tensor) else a for a in args]
-        output = cls.forward(ctx, *arrays, **kwargs)
-        track = _grad_enabled and any(ctx.needs_input_grad)
-        result = Tensor(output, requires_grad=track and _is_float(output.dtype))
-        if result.requires_grad:
+        output = cls.forward(ctx, *(as_array(a) for a in args), **kwargs)
+        result = Tensor(output)
+        if _grad_enabled and any(ctx.needs_input_grad) and _is_float(output.dtype):
+            result.requires_grad = True
             result._node = Node(cls, ctx, [a if isinstance(a, Tensor) else None for a in args])
         return result
+
+
+def _check_one_device(function, args):
+    """Tensors and raw arrays (masks, indices) alike: CuPy would fail on a NumPy operand with a TypeError that names
+    neither device."""
+    placed = [(a.device if isinstance(a, Tensor) else backend.device_of(a), a) for a in args
+              if isinstance(a, Tensor) or backend.is_array(a)]
+    if len({device for device, _ in placed}) > 1:
+        raise RuntimeError(f"{function.__name__} got inputs on different devices: "
+                           + ", ".join(f"{device} {tuple(a.shape)}" for device, a in placed))
+
+
+def as_array(x):
+    """The raw array of a Tensor; anything else (an array, a mask, ids, a number) as it is."""
+    return x.data if isinstance(x, Tensor) else x
 
 
 def as_tensor_like(value, like):

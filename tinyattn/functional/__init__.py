@@ -1,15 +1,27 @@
-"""Fused Functions with hand-derived backward. Import as ``import tinyattn.functional as F``.
+"""Functions with hand-derived backward, named as torch.nn.functional. Import as ``import tinyattn.functional as F``.
 
-softmax.py: softmax, log_softmax, cross_entropy, mse_loss. layers.py: linear, embedding, layer_norm, rms_norm, gelu,
-silu, dropout, conv2d. attention.py: scaled_dot_product_attention, attention_weights, additive_attention,
-flash_attention.
+Each fused Function has a reference twin (plain array code, the test oracle) beside its fast version; twins.py says
+which one runs (`with ta.reference():` picks the twins). One file per family: softmax.py, losses.py, linear.py,
+embedding.py, normalization.py, activations.py, dropout.py, recurrent.py (the GRU step), conv.py, attention.py
+(scaled dot-product), additive_attention.py (Bahdanau), flash_attention.py (+ flash_kernel.py and
+flash_attention.cu, its CUDA kernels); attention_inputs.py holds what the attention functions share.
 """
 from ..ops import relu, sigmoid, tanh
 from ..tensor import Tensor
-from .attention import (additive_attention, attention_weights, causal_mask, flash_attention,
-                        scaled_dot_product_attention)
-from .layers import conv2d, dropout, embedding, gelu, gru_cell, layer_norm, linear, rms_norm, silu
-from .softmax import cross_entropy, log_softmax, mse_loss, softmax
+from .activations import gelu, silu
+from .additive_attention import additive_attention, additive_scores
+from .attention import attention_weights, scaled_dot_product_attention
+from .attention_inputs import causal_mask
+from .conv import conv2d
+from .dropout import dropout
+from .embedding import embedding
+from .flash_attention import flash_attention
+from .linear import linear
+from .losses import cross_entropy, mse_loss
+from .normalization import layer_norm, rms_norm
+from .recurrent import gru_cell
+from .softmax import log_softmax, softmax
+from .twins import reference
 
 Tensor.softmax = lambda self, dim=-1: softmax(self, dim)
 Tensor.log_softmax = lambda self, dim=-1: log_softmax(self, dim)

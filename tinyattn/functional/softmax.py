@@ -1,36 +1,39 @@
-"""The softmax family and the losses built on it, each a fused Function with a hand-derived backward."""
-from .. import ops
+"""softmax and log_softmax over one dim: the reference twins, then the fast versions.
+
+Both subtract each row's max before exp, so no logit overflows; a row that is -inf everywhere (an attention query
+with every key masked) gives zeros and a zero gradient, never NaN.
+"""
+from .. import cpu
 from ..backend import xp_of
-from ..tensor import Function, Tensor
-from .layers import last_axis_sum
+from ..tensor import Function
+from . import twins
 
 
-def _safe_max(x, axis):
-    """Row max for shifting exponents; 0 where the whole row is -inf, so exp gives 0 rather than NaN."""
+def row_max(x, axis):
+    """Each row's max for shifting exponents; 0 where the whole row is -inf, so exp gives 0 rather than NaN."""
     xp = xp_of(x)
     m = x.max(axis=axis, keepdims=True)
     return xp.where(xp.isfinite(m), m, xp.zeros((), dtype=x.dtype))
 
 
-def softmax_array(x, axis=-1, inplace=False):
-    """Softmax on a raw array; a row that is -inf everywhere gives zeros (nothing to attend to), not NaN.
-
-    inplace=True overwrites x, for a caller that owns it (attention scores): no second array of that size.
-    """
+def softmax_array(x, axis):
+    """exp(x - max) / sum(exp(x - max)) along axis, on raw arrays."""
     xp = xp_of(x)
-    e = xp.subtract(x, _safe_max(x, axis), out=x if inplace else None)
-    xp.exp(e, out=e)
-    total = last_axis_sum(e) if axis in (-1, x.ndim - 1) else e.sum(axis=axis, keepdims=True)
-    e /= xp.where(total == 0, xp.ones((), dtype=x.dtype), total)
-    return e
+    e = xp.exp(x - row_max(x, axis))
+    total = e.sum(axis=axis, keepdims=True)
+    return e / xp.where(total == 0, xp.ones((), dtype=x.dtype), total)
 
 
-def softmax_backward(y, grad, axis):
-    """d softmax: y * (g - sum(g * y))."""
-    return y * (grad - (grad * y).sum(axis=axis, keepdims=True))
+def log_softmax_array(x, axis):
+    """x - max - log(sum(exp(x - max))) along axis, on raw arrays."""
+    xp = xp_of(x)
+    shifted = x - row_max(x, axis)
+    return shifted - xp.log(xp.exp(shifted).sum(axis=axis, keepdims=True))
 
 
-class Softmax(Function):
+class ReferenceSoftmax(Function):
+    """y = softmax(x); backward: dx = y * (dy - sum(dy * y)) over the same dim."""
+
     @staticmethod
     def forward(ctx, x, dim):
         y = softmax_array(x, dim)
@@ -41,16 +44,12 @@ class Softmax(Function):
     @staticmethod
     def backward(ctx, grad):
         (y,) = ctx.saved_tensors
-        return softmax_backward(y, grad, ctx.dim), None
+        return y * (grad - (grad * y).sum(axis=ctx.dim, keepdims=True)), None
 
 
-def log_softmax_array(x, axis=-1):
-    xp = xp_of(x)
-    shifted = x - _safe_max(x, axis)
-    return shifted - xp.log(xp.exp(shifted).sum(axis=axis, keepdims=True))
+class ReferenceLogSoftmax(Function):
+    """y = log_softmax(x); backward: dx = dy - exp(y) * sum(dy) over the same dim."""
 
-
-class LogSoftmax(Function):
     @staticmethod
     def forward(ctx, x, dim):
         y = log_softmax_array(x, dim)
@@ -64,75 +63,71 @@ class LogSoftmax(Function):
         return grad - xp_of(y).exp(y) * grad.sum(axis=ctx.dim, keepdims=True), None
 
 
-def softmax(input, dim=-1):
-    return Softmax.apply(input, dim)
+# -- the fast versions: the softmax dim moved last, row sums by BLAS, in place ---------------------------------
+def softmax_in_place(x):
+    """softmax over the last axis, overwriting x (attention scores: no second array of their size)."""
+    xp = xp_of(x)
+    x -= row_max(x, -1)
+    xp.exp(x, out=x)
+    total = cpu.last_axis_sum(x)
+    x /= xp.where(total == 0, xp.ones((), dtype=x.dtype), total)
+    return x
 
 
-def log_softmax(input, dim=-1):
-    return LogSoftmax.apply(input, dim)
+def log_softmax_last(x):
+    """log_softmax over the last axis."""
+    xp = xp_of(x)
+    shifted = x - row_max(x, -1)
+    return shifted - xp.log(cpu.last_axis_sum(xp.exp(shifted)))
 
 
-class CrossEntropy(Function):
-    """Cross-entropy of (N, C) logits against N class indices, with ignore_index and label smoothing."""
-
+@cpu.tuned
+class FastSoftmax(Function):
     @staticmethod
-    def forward(ctx, logits, target, ignore_index, reduction, label_smoothing):
-        xp = xp_of(logits)
-        n, classes = logits.shape
-        log_probs = log_softmax_array(logits, -1)
-        valid = target != ignore_index
-        safe_target = xp.where(valid, target, 0)
-        nll = -log_probs[xp.arange(n), safe_target]
-        if label_smoothing:
-            nll = (1 - label_smoothing) * nll - label_smoothing * log_probs.mean(axis=-1)
-        nll = xp.where(valid, nll, xp.zeros((), dtype=logits.dtype))
-        # Mean over the targets that count; a batch where none count gives 0 rather than 0/0.
-        count = xp.maximum(valid.sum(dtype=logits.dtype), 1)
-        ctx.save_for_backward(log_probs, safe_target, valid, count)
-        ctx.reduction, ctx.smoothing = reduction, label_smoothing
-        if reduction == "none":
-            return nll
-        total = nll.sum()
-        return total / count if reduction == "mean" else total
+    def forward(ctx, x, dim):
+        xp = xp_of(x)
+        y = softmax_in_place(xp.moveaxis(x, dim, -1).copy())
+        ctx.save_for_backward(y)
+        ctx.dim = dim
+        return xp.moveaxis(y, -1, dim)
 
     @staticmethod
     def backward(ctx, grad):
-        log_probs, target, valid, count = ctx.saved_tensors
-        xp = xp_of(log_probs)
-        n, classes = log_probs.shape
-        d_logits = xp.exp(log_probs)
-        d_logits[xp.arange(n), target] -= 1 - ctx.smoothing
-        if ctx.smoothing:
-            d_logits -= ctx.smoothing / classes
-        d_logits *= valid[:, None]
-        if ctx.reduction == "none":
-            d_logits *= grad[:, None]
-        else:
-            d_logits *= grad / count if ctx.reduction == "mean" else grad
-        return d_logits, None, None, None, None
+        (y,) = ctx.saved_tensors
+        xp = xp_of(y)
+        grad_x = xp.moveaxis(grad, ctx.dim, -1) * y
+        grad_x -= y * cpu.last_axis_sum(grad_x)
+        return xp.moveaxis(grad_x, -1, ctx.dim), None
 
 
-def cross_entropy(input, target, ignore_index=-100, reduction="mean", label_smoothing=0.0):
-    """PyTorch's F.cross_entropy for class-index targets: input (N, C) or (N, C, d1, ...), target (N, d1, ...)."""
-    if reduction not in ("mean", "sum", "none"):
-        raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
-    target_data = target.data if isinstance(target, Tensor) else target
-    if target_data.dtype.kind not in "iu":
-        raise TypeError(f"cross_entropy needs integer class targets, got dtype {target_data.dtype}")
-    extra_shape = ()
-    if input.ndim == 1:
-        input, target_data = ops.unsqueeze(input, 0), target_data.reshape(1)
-    elif input.ndim > 2:
-        extra_shape = (input.shape[0],) + input.shape[2:]
-        input = ops.reshape(ops.permute(input, (0,) + tuple(range(2, input.ndim)) + (1,)), (-1, input.shape[1]))
-        target_data = target_data.reshape(-1)
-    if target_data.shape != input.shape[:1]:
-        raise ValueError(f"cross_entropy: target shape {tuple(target.shape)} does not match input shape "
-                         f"{tuple(input.shape)}")
-    loss = CrossEntropy.apply(input, target_data, ignore_index, reduction, float(label_smoothing))
-    return ops.reshape(loss, extra_shape) if reduction == "none" and extra_shape else loss
+@cpu.tuned
+class FastLogSoftmax(Function):
+    @staticmethod
+    def forward(ctx, x, dim):
+        xp = xp_of(x)
+        y = log_softmax_last(xp.moveaxis(x, dim, -1))
+        ctx.save_for_backward(y)
+        ctx.dim = dim
+        return xp.moveaxis(y, -1, dim)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (y,) = ctx.saved_tensors
+        xp = xp_of(y)
+        grad = xp.moveaxis(grad, ctx.dim, -1)
+        grad_x = xp.exp(y)
+        grad_x *= -cpu.last_axis_sum(grad)
+        grad_x += grad
+        return xp.moveaxis(grad_x, -1, ctx.dim), None
 
 
-def mse_loss(input, target, reduction="mean"):
-    squared = (input - target) ** 2
-    return {"mean": ops.mean, "sum": ops.sum, "none": lambda x: x}[reduction](squared)
+twins.register("softmax", FastSoftmax, ReferenceSoftmax)
+twins.register("log_softmax", FastLogSoftmax, ReferenceLogSoftmax)
+
+
+def softmax(input, dim=-1):
+    return twins.implementation("softmax").apply(input, dim)
+
+
+def log_softmax(input, dim=-1):
+    return twins.implementation("log_softmax").apply(input, dim)

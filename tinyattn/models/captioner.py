@@ -22,7 +22,7 @@ class CaptionerConfig:
     vocab: int = 16
     d_model: int = 64
     encoder_blocks: int = 1
-    n_heads: int = 4
+    num_heads: int = 4
     embed_dim: int = 32
     hidden: int = 64
     attention_dim: int = 64
@@ -40,7 +40,8 @@ class Captioner(nn.Module):
         self.grid = (config.image_height // p, config.image_width // p)
         self.patch_proj = nn.Linear(config.in_chans * p * p, config.d_model)
         self.pos_embed = nn.LearnedPositionalEmbedding(self.grid[0] * self.grid[1], config.d_model)
-        self.encoder = nn.ModuleList(EncoderBlock(config.d_model, config.n_heads) for _ in range(config.encoder_blocks))
+        self.encoder = nn.ModuleList(EncoderBlock(config.d_model, config.num_heads)
+                                     for _ in range(config.encoder_blocks))
         self.decoder = AttentionDecoder(config.vocab, config.embed_dim, config.hidden, config.d_model,
                                         config.attention_dim)
 

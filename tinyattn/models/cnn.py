@@ -11,7 +11,7 @@ class CNNConfig:
     num_classes: int = 10
     width: int = 32
     attention: bool = False
-    heads: int = 2
+    num_heads: int = 2
 
 
 class SmallCNN(nn.Module):
@@ -22,7 +22,7 @@ class SmallCNN(nn.Module):
         w = config.width
         self.conv1 = nn.Conv2d(config.in_chans, w, 3, padding=1)
         self.conv2 = nn.Conv2d(w, 2 * w, 3, stride=2, padding=1)
-        self.attention = nn.SelfAttention2d(2 * w, config.heads) if config.attention else None
+        self.attention = nn.SelfAttention2d(2 * w, config.num_heads) if config.attention else None
         self.conv3 = nn.Conv2d(2 * w, 2 * w, 3, stride=2, padding=1)
         self.head = nn.Linear(2 * w, config.num_classes)
 

@@ -2,13 +2,13 @@
 
 Token embedding + positions -> n_layer pre-norm blocks (x + attn(norm(x)), x + mlp(norm(x))) -> final norm ->
 linear head. The options are the "modern tweaks": RMSNorm, SwiGLU or mixture-of-experts feed-forward, grouped-
-or multi-query attention (n_kv_head), rotary positions, and the flash attention path.
+or multi-query attention (num_kv_heads), rotary positions, and the flash attention path.
 """
 from dataclasses import dataclass
 
 from .. import backend
 from .. import functional as F
-from ..tensor import Tensor, no_grad
+from ..tensor import Tensor, as_array, no_grad
 from .. import nn
 
 
@@ -17,8 +17,8 @@ class GPTConfig:
     vocab_size: int = 256
     block_size: int = 128            # the longest context the model sees
     n_layer: int = 4
-    n_head: int = 4
-    n_kv_head: int = None            # None: = n_head (MHA); 1: MQA; between: GQA
+    num_heads: int = 4
+    num_kv_heads: int = None            # None: = num_heads (MHA); 1: MQA; between: GQA
     d_model: int = 128
     dropout: float = 0.0
     norm: str = "layer"              # "layer" | "rms"
@@ -27,7 +27,7 @@ class GPTConfig:
     n_experts: int = 4
     top_k: int = 2
     position: str = "learned"        # "learned" | "rope"
-    impl: str = "naive"              # "naive" | "flash"
+    impl: str = "naive"              # "naive" | "flash" | "reference" (see nn.MultiHeadAttention)
     bias: bool = True
     tie_weights: bool = False        # share the token embedding with the output head
 
@@ -40,8 +40,8 @@ class Block(nn.Module):
     def __init__(self, config, rotary=None):
         super().__init__()
         self.ln1, self.ln2 = _norm(config), _norm(config)
-        self.attn = nn.MultiHeadAttention(config.d_model, config.n_head, config.n_kv_head, bias=config.bias,
-                                          dropout=config.dropout if config.impl == "naive" else 0.0,
+        self.attn = nn.MultiHeadAttention(config.d_model, config.num_heads, config.num_kv_heads, bias=config.bias,
+                                          dropout=config.dropout if config.impl != "flash" else 0.0,
                                           impl=config.impl, rotary=rotary)
         if config.mlp == "gelu":
             self.mlp = nn.MLP(config.d_model, dropout=config.dropout, bias=config.bias)
@@ -54,13 +54,9 @@ class Block(nn.Module):
         self.dropout, self.prenorm = config.dropout, config.prenorm
 
     def forward(self, x, cache=None, need_weights=False):
-        if not self.prenorm:
-            attended = self.attn(x, is_causal=True, cache=cache, need_weights=need_weights)
-            x = self.ln1(x + F.dropout(attended, self.dropout, self.training))
-            return self.ln2(x + self.mlp(x))
-        attended = self.attn(self.ln1(x), is_causal=True, cache=cache, need_weights=need_weights)
-        x = x + F.dropout(attended, self.dropout, self.training)
-        return x + self.mlp(self.ln2(x))
+        x = nn.residual(x, lambda h: self.attn(h, is_causal=True, cache=cache, need_weights=need_weights),
+                        self.ln1, self.prenorm, self.dropout, self.training)
+        return nn.residual(x, self.mlp, self.ln2, self.prenorm)          # the MLP applies its own dropout
 
 
 class GPT(nn.Module):
@@ -73,7 +69,7 @@ class GPT(nn.Module):
         if config.position == "learned":
             self.pos_emb = nn.LearnedPositionalEmbedding(config.block_size, config.d_model)
         elif config.position == "rope":
-            rotary = nn.RotaryEmbedding(config.d_model // config.n_head, max_len=config.block_size)
+            rotary = nn.RotaryEmbedding(config.d_model // config.num_heads, max_len=config.block_size)
         else:
             raise ValueError(f"position must be 'learned' or 'rope', got {config.position!r}")
         self.blocks = nn.ModuleList(Block(config, rotary) for _ in range(config.n_layer))
@@ -85,7 +81,7 @@ class GPT(nn.Module):
     def forward(self, ids, targets=None, caches=None):
         """ids (B, T) -> logits (B, T, vocab); with targets, also the mean cross-entropy. caches: one KVCache per
         block, extended in place (positions continue from what they hold)."""
-        ids = ids.data if isinstance(ids, Tensor) else ids
+        ids = as_array(ids)
         offset = len(caches[0]) if caches else 0
         if offset + ids.shape[1] > self.config.block_size:
             raise ValueError(f"{offset + ids.shape[1]} positions exceed block_size {self.config.block_size}")
@@ -98,7 +94,7 @@ class GPT(nn.Module):
         logits = self.head(self.ln_f(x))
         if targets is None:
             return logits
-        targets = targets.data if isinstance(targets, Tensor) else targets
+        targets = as_array(targets)
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
         return logits, loss
 
@@ -111,7 +107,7 @@ class GPT(nn.Module):
     def generate(self, ids, max_new_tokens, temperature=1.0, top_k=None, use_cache=True):
         """Sample max_new_tokens continuations of ids (B, T). With use_cache, each step feeds one token and reads the
         keys and values of the earlier ones from a KVCache instead of recomputing the whole prefix."""
-        ids = ids.data if isinstance(ids, Tensor) else ids
+        ids = as_array(ids)
         xp = backend.xp_of(ids)
         caches = [nn.KVCache() for _ in self.blocks] if use_cache else None
         new_tokens = ids

@@ -10,7 +10,7 @@ alignment the lessons plot.
 from dataclasses import dataclass
 
 from .. import backend, ops
-from ..tensor import Tensor, no_grad
+from ..tensor import Tensor, as_array, no_grad
 from .. import nn
 
 
@@ -24,10 +24,6 @@ class Seq2SeqConfig:
     pad_id: int = 0
     bos_id: int = 1
     eos_id: int = 2
-
-
-def _ids(x):
-    return x.data if isinstance(x, Tensor) else x
 
 
 def source_lengths(src, pad_id):
@@ -59,7 +55,7 @@ class Encoder(nn.Module):
 
     def forward(self, src):
         """Returns annotations (B, S, H or 2H) and each sentence's final forward state (B, H)."""
-        src = _ids(src)
+        src = as_array(src)
         lengths = source_lengths(src, self.pad_id)
         xp = backend.xp_of(src)
         x = self.embed(src)
@@ -143,7 +139,7 @@ class Seq2SeqAttention(nn.Module):
 
     def start(self, src):
         annotations, _ = self.encoder(src)
-        return self.decoder.start(annotations, _ids(src) != self.config.pad_id)
+        return self.decoder.start(annotations, as_array(src) != self.config.pad_id)
 
     def step(self, memory, prev_ids):
         return self.decoder.step(memory, prev_ids)
@@ -158,7 +154,7 @@ class Seq2SeqAttention(nn.Module):
 
 def _decode_teacher_forced(model, src, tgt_in):
     """Run model.step over every position of tgt_in (the gold previous tokens); stack logits and weights."""
-    tgt_in = _ids(tgt_in)
+    tgt_in = as_array(tgt_in)
     memory = model.start(src)
     logits, weights = [], []
     for t in range(tgt_in.shape[1]):
@@ -173,7 +169,7 @@ def _decode_teacher_forced(model, src, tgt_in):
 def _greedy(model, src, max_len):
     """Feed back the most likely token each step, starting from BOS. Returns ids (B, max_len) and the attention
     weights (B, max_len, S) or None. Rows keep going after EOS; cut them with the EOS id."""
-    xp = backend.xp_of(_ids(src))
+    xp = backend.xp_of(as_array(src))
     memory = model.start(src)
     prev = xp.full(src.shape[0], model.config.bos_id, dtype=backend.int64)
     ids, weights = [], []

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from .. import backend
 from .. import functional as F
-from ..tensor import Tensor, no_grad
+from ..tensor import Tensor, as_array, no_grad
 from .. import nn
 
 
@@ -19,7 +19,7 @@ class TransformerConfig:
     src_vocab: int
     tgt_vocab: int
     d_model: int = 64
-    n_heads: int = 4
+    num_heads: int = 4
     n_layers: int = 2
     d_ff: int = None                 # None: 4 * d_model
     dropout: float = 0.1
@@ -31,54 +31,51 @@ class TransformerConfig:
     impl: str = "naive"
 
 
-class _Residual(nn.Module):
-    """x + dropout(sublayer(x)), normalised after (post-norm) or before the sublayer (pre-norm)."""
-
-    def __init__(self, d_model, dropout, norm_first):
-        super().__init__()
-        self.norm, self.dropout, self.norm_first = nn.LayerNorm(d_model), dropout, norm_first
-
-    def forward(self, x, sublayer):
-        if self.norm_first:
-            return x + F.dropout(sublayer(self.norm(x)), self.dropout, self.training)
-        return self.norm(x + F.dropout(sublayer(x), self.dropout, self.training))
-
-
 def _feed_forward(config):
     return nn.MLP(config.d_model, config.d_ff or 4 * config.d_model, activation=nn.ReLU())
 
 
 def _attention(config, cross=False):
-    return nn.MultiHeadAttention(config.d_model, config.n_heads,
-                                 dropout=config.dropout if config.impl == "naive" else 0.0, impl=config.impl,
+    return nn.MultiHeadAttention(config.d_model, config.num_heads,
+                                 dropout=config.dropout if config.impl != "flash" else 0.0, impl=config.impl,
                                  cross=cross)
 
 
-class EncoderLayer(nn.Module):
-    def __init__(self, config):
+class _Layer(nn.Module):
+    """Sublayers, each with a residual connection and a LayerNorm of its own (norm1, norm2, ...)."""
+
+    def __init__(self, config, sublayers):
         super().__init__()
+        self.config = config
+        for i in range(sublayers):
+            setattr(self, f"norm{i + 1}", nn.LayerNorm(config.d_model))
+
+    def _residual(self, x, sublayer, norm):
+        return nn.residual(x, sublayer, norm, self.config.norm_first, self.config.dropout, self.training)
+
+
+class EncoderLayer(_Layer):
+    def __init__(self, config):
+        super().__init__(config, sublayers=2)
         self.self_attn, self.ff = _attention(config), _feed_forward(config)
-        self.res1, self.res2 = (_Residual(config.d_model, config.dropout, config.norm_first) for _ in range(2))
 
     def forward(self, x, src_pad):
-        x = self.res1(x, lambda h: self.self_attn(h, key_padding_mask=src_pad))
-        return self.res2(x, self.ff)
+        x = self._residual(x, lambda h: self.self_attn(h, key_padding_mask=src_pad), self.norm1)
+        return self._residual(x, self.ff, self.norm2)
 
 
-class DecoderLayer(nn.Module):
+class DecoderLayer(_Layer):
     def __init__(self, config):
-        super().__init__()
+        super().__init__(config, sublayers=3)
         self.self_attn, self.cross_attn = _attention(config), _attention(config, cross=True)
         self.ff = _feed_forward(config)
-        self.res1, self.res2, self.res3 = (_Residual(config.d_model, config.dropout, config.norm_first)
-                                           for _ in range(3))
 
     def forward(self, y, memory, src_pad, tgt_pad, need_weights=False):
         # The subsequent mask: position t sees targets up to t only.
-        y = self.res1(y, lambda h: self.self_attn(h, is_causal=True, key_padding_mask=tgt_pad))
-        y = self.res2(y, lambda h: self.cross_attn(h, context=memory, key_padding_mask=src_pad,
-                                                   need_weights=need_weights))
-        return self.res3(y, self.ff)
+        y = self._residual(y, lambda h: self.self_attn(h, is_causal=True, key_padding_mask=tgt_pad), self.norm1)
+        y = self._residual(y, lambda h: self.cross_attn(h, context=memory, key_padding_mask=src_pad,
+                                                        need_weights=need_weights), self.norm2)
+        return self._residual(y, self.ff, self.norm3)
 
 
 class Transformer(nn.Module):
@@ -103,7 +100,7 @@ class Transformer(nn.Module):
         return F.dropout(x, self.config.dropout, self.training)
 
     def encode(self, src):
-        src = src.data if isinstance(src, Tensor) else src
+        src = as_array(src)
         src_pad = src == self.config.pad_id
         x = self._embed(self.src_embed, src)
         for layer in self.encoder_layers:
@@ -111,7 +108,7 @@ class Transformer(nn.Module):
         return self.encoder_norm(x), src_pad
 
     def decode(self, tgt_in, memory, src_pad, need_weights=False):
-        tgt_in = tgt_in.data if isinstance(tgt_in, Tensor) else tgt_in
+        tgt_in = as_array(tgt_in)
         tgt_pad = tgt_in == self.config.pad_id
         y = self._embed(self.tgt_embed, tgt_in)
         for layer in self.decoder_layers:
@@ -127,7 +124,7 @@ class Transformer(nn.Module):
     def greedy_decode(self, src, max_len):
         """Decode from BOS, feeding back the argmax. Returns ids (B, max_len) and, per decoder layer, the cross-
         attention weights (B, heads, max_len, S) of the final pass (each row is the step that produced that token)."""
-        src = src.data if isinstance(src, Tensor) else src
+        src = as_array(src)
         xp = backend.xp_of(src)
         memory, src_pad = self.encode(src)
         ids = xp.full((src.shape[0], 1), self.config.bos_id, dtype=src.dtype)

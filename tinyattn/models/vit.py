@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from .. import backend, ops
 from .. import functional as F
 from ..creation import zeros
-from ..tensor import Tensor
+from ..tensor import as_array
 from .. import nn
 
 
@@ -22,7 +22,7 @@ class ViTConfig:
     num_classes: int = 10
     d_model: int = 64
     depth: int = 4
-    n_heads: int = 4
+    num_heads: int = 4
     mlp_ratio: int = 4
     dropout: float = 0.0
     position: str = "learned"        # "learned" (1-D, one vector per patch) | "sincos2d" (fixed, row and column)
@@ -34,10 +34,10 @@ class ViTConfig:
 class EncoderBlock(nn.Module):
     """Pre-norm Transformer encoder block: x + attn(LN(x)), then x + MLP(LN(x))."""
 
-    def __init__(self, d_model, n_heads, mlp_ratio=4, dropout=0.0, impl="naive"):
+    def __init__(self, d_model, num_heads, mlp_ratio=4, dropout=0.0, impl="naive"):
         super().__init__()
         self.norm1, self.norm2 = nn.LayerNorm(d_model, eps=1e-6), nn.LayerNorm(d_model, eps=1e-6)
-        self.attn = nn.MultiHeadAttention(d_model, n_heads, dropout=dropout if impl == "naive" else 0.0, impl=impl)
+        self.attn = nn.MultiHeadAttention(d_model, num_heads, dropout=dropout if impl != "flash" else 0.0, impl=impl)
         self.mlp = nn.MLP(d_model, mlp_ratio * d_model, dropout=dropout)
 
     def forward(self, x, need_weights=False):
@@ -64,7 +64,7 @@ class ViT(nn.Module):
             self.register_buffer("pos_embed", table.unsqueeze(0), persistent=False)
         else:
             raise ValueError(f"position must be 'learned' or 'sincos2d', got {config.position!r}")
-        self.blocks = nn.ModuleList(EncoderBlock(config.d_model, config.n_heads, config.mlp_ratio, config.dropout,
+        self.blocks = nn.ModuleList(EncoderBlock(config.d_model, config.num_heads, config.mlp_ratio, config.dropout,
                                                  config.impl) for _ in range(config.depth))
         self.norm = nn.LayerNorm(config.d_model, eps=1e-6)
         self.head = nn.Linear(config.d_model, config.num_classes)
@@ -108,7 +108,7 @@ def deit_hard_distillation_loss(class_logits, dist_logits, labels, teacher_logit
 def mean_attention_distance(weights, grid, patch_size, num_prefix=1):
     """Per head, the attention-weighted mean distance in pixels between a query patch and the patches it attends
     to (the ViT paper's Figure 7). weights (B, H, T, T) with T = num_prefix + grid^2. Returns a host array (H,)."""
-    w = backend.to_host(weights.data if isinstance(weights, Tensor) else weights)[:, :, num_prefix:, num_prefix:]
+    w = backend.to_host(as_array(weights))[:, :, num_prefix:, num_prefix:]
     xp = backend.numpy
     ys, xs = xp.meshgrid(xp.arange(grid), xp.arange(grid), indexing="ij")
     coords = xp.stack([ys.reshape(-1), xs.reshape(-1)], axis=1) * patch_size

@@ -1,5 +1,5 @@
-"""Attention modules: additive (Bahdanau), multi-head self- and cross-attention with GQA/MQA and a KV cache,
-Swin's (shifted) window attention, and self-attention over a CNN's feature map.
+"""Attention modules: additive (Bahdanau), multi-head self- and cross-attention with GQA/MQA and a KV cache, and
+self-attention over a CNN's feature map. (Swin's window attention is in window_attention.py.)
 
 Mask conventions, in one place:
 - attn_mask (as in F.scaled_dot_product_attention): boolean True = may attend; a float mask is added to the scores.
@@ -8,13 +8,14 @@ Mask conventions, in one place:
   (query i sits at absolute position S - L + i), which is what cached decoding needs; when L == S it is the same as
   PyTorch's top-left is_causal.
 """
+import contextlib
+
 from .. import backend, ops
 from .. import functional as F
 from ..creation import zeros
-from ..tensor import Tensor
+from ..tensor import Tensor, as_array
 from .layers import Linear, _parameter
 from .module import Module, Parameter
-from .position import RelativePositionBias
 from . import init
 
 
@@ -63,7 +64,7 @@ def combine_masks(query_len, key_len, is_causal, key_padding_mask, attn_mask, xp
     if is_causal:
         keep = F.causal_mask(query_len, key_len, xp, offset=key_len - query_len)       # aligned to the end
     if key_padding_mask is not None:
-        pad = key_padding_mask.data if isinstance(key_padding_mask, Tensor) else key_padding_mask
+        pad = as_array(key_padding_mask)
         if pad.dtype != bool:
             raise TypeError(f"key_padding_mask must be boolean (True = padding), got dtype {pad.dtype}")
         not_pad = ~pad[:, None, None, :]                                             # (B, 1, 1, S)
@@ -79,31 +80,41 @@ def combine_masks(query_len, key_len, is_causal, key_padding_mask, attn_mask, xp
     return ops.masked_fill(attn_mask, ~keep, float("-inf"))                        # broadcasts to keep's shape
 
 
+IMPLS = ("naive", "flash", "reference")
+
+
+def check_impl(impl):
+    """The attention implementations a module can take: "naive" (F.scaled_dot_product_attention), "flash"
+    (F.flash_attention) or "reference" (scaled dot-product attention's reference twin)."""
+    if impl not in IMPLS:
+        raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+    return impl
+
+
 class MultiHeadAttention(Module):
-    """Multi-head attention (Vaswani et al. 2017) with grouped-query (n_kv_heads < n_heads) and multi-query
-    (n_kv_heads = 1) variants.
+    """Multi-head attention (Vaswani et al. 2017) with grouped-query (num_kv_heads < num_heads) and multi-query
+    (num_kv_heads = 1) variants.
 
     Self-attention projects q, k and v with one fused Linear (qkv); cross=True projects queries from x and keys and
-    values from a context of size kv_dim. impl="flash" runs F.flash_attention (no attention dropout, no weights).
-    With need_weights=True the naive path keeps the last (B, H, L, S) weights in .last_weights, for plots.
+    values from a context of size kv_dim. impl="flash" runs F.flash_attention (no attention dropout, no weights);
+    impl="reference" runs the reference twin of F.scaled_dot_product_attention. With need_weights=True the module
+    keeps the last (B, H, L, S) weights in .last_weights, for plots.
     """
 
-    def __init__(self, d_model, n_heads, n_kv_heads=None, bias=True, dropout=0.0, impl="naive", cross=False,
+    def __init__(self, d_model, num_heads, num_kv_heads=None, bias=True, dropout=0.0, impl="naive", cross=False,
                  kv_dim=None, rotary=None):
         super().__init__()
-        n_kv_heads = n_kv_heads or n_heads
-        if d_model % n_heads:
-            raise ValueError(f"d_model {d_model} is not divisible by n_heads {n_heads}")
-        if n_heads % n_kv_heads:
-            raise ValueError(f"n_heads {n_heads} is not divisible by n_kv_heads {n_kv_heads}")
-        if impl not in ("naive", "flash"):
-            raise ValueError(f"impl must be 'naive' or 'flash', got {impl!r}")
-        if impl == "flash" and dropout:
+        num_kv_heads = num_kv_heads or num_heads
+        if d_model % num_heads:
+            raise ValueError(f"d_model {d_model} is not divisible by num_heads {num_heads}")
+        if num_heads % num_kv_heads:
+            raise ValueError(f"num_heads {num_heads} is not divisible by num_kv_heads {num_kv_heads}")
+        if check_impl(impl) == "flash" and dropout:
             raise ValueError("impl='flash' has no attention dropout; use dropout=0 or impl='naive'")
-        self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
-        self.head_dim = d_model // n_heads
+        self.d_model, self.num_heads, self.num_kv_heads = d_model, num_heads, num_kv_heads
+        self.head_dim = d_model // num_heads
         self.dropout, self.impl, self.cross = dropout, impl, cross
-        kv_width = 2 * n_kv_heads * self.head_dim
+        kv_width = 2 * num_kv_heads * self.head_dim
         if cross:
             self.q_proj = Linear(d_model, d_model, bias)
             self.kv_proj = Linear(kv_dim or d_model, kv_width, bias)
@@ -124,13 +135,14 @@ class MultiHeadAttention(Module):
             raise ValueError("cross-attention needs a context and self-attention must not get one "
                              f"(cross={self.cross}, context given: {context is not None})")
         b, length, _ = x.shape
-        kv_size = self.n_kv_heads * self.head_dim
+        kv_size = self.num_kv_heads * self.head_dim
         if self.cross:
             q = self.q_proj(x)
             k, v = self.kv_proj(context).split(kv_size, dim=-1)
         else:
             q, k, v = self.qkv(x).split([self.d_model, kv_size, kv_size], dim=-1)
-        q, k, v = self._heads(q, self.n_heads), self._heads(k, self.n_kv_heads), self._heads(v, self.n_kv_heads)
+        q, k, v = (self._heads(t, heads) for t, heads in ((q, self.num_heads), (k, self.num_kv_heads),
+                                                           (v, self.num_kv_heads)))
         offset = len(cache) if cache is not None else 0
         if self.rotary is not None:
             q, k = self.rotary(q, offset), self.rotary(k, offset)
@@ -142,91 +154,24 @@ class MultiHeadAttention(Module):
         simple_causal = is_causal and key_len == length and key_padding_mask is None and attn_mask is None
         mask = None if simple_causal else combine_masks(length, key_len, is_causal and length > 1,
                                                         key_padding_mask, attn_mask, xp)
-        gqa = self.n_kv_heads != self.n_heads
+        gqa = self.num_kv_heads != self.num_heads
         if self.impl == "flash":
             out = F.flash_attention(q, k, v, attn_mask=mask, is_causal=simple_causal, enable_gqa=gqa)
         else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=simple_causal,
-                                                 dropout_p=self.dropout if self.training else 0.0, enable_gqa=gqa)
+            with F.reference() if self.impl == "reference" else contextlib.nullcontext():
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=simple_causal,
+                                                     dropout_p=self.dropout if self.training else 0.0, enable_gqa=gqa)
         if need_weights:
             self.last_weights = F.attention_weights(q, k, attn_mask=mask, is_causal=simple_causal, enable_gqa=gqa)
         return self.out_proj(out.transpose(1, 2).reshape(b, length, self.d_model))
 
     def kv_cache_bytes_per_token(self, dtype_bytes=4):
-        """Bytes a KV cache holds per token for this layer: keys and values for n_kv_heads heads."""
-        return 2 * self.n_kv_heads * self.head_dim * dtype_bytes
+        """Bytes a KV cache holds per token for this layer: keys and values for num_kv_heads heads."""
+        return 2 * self.num_kv_heads * self.head_dim * dtype_bytes
 
     def extra_repr(self):
-        return f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, impl={self.impl!r}"
-
-
-# -- Swin: window attention ---------------------------------------------------------------------------
-def window_partition(x, window_size):
-    """(B, H, W, C) -> (B * nW, window_size^2, C): non-overlapping windows, row-major within and across windows."""
-    b, h, w, c = x.shape
-    if h % window_size or w % window_size:
-        raise ValueError(f"feature map {h}x{w} is not a multiple of window_size {window_size}")
-    x = x.reshape(b, h // window_size, window_size, w // window_size, window_size, c).permute(0, 1, 3, 2, 4, 5)
-    return x.reshape(-1, window_size * window_size, c)
-
-
-def window_reverse(windows, window_size, h, w):
-    """The inverse of window_partition: (B * nW, window_size^2, C) -> (B, H, W, C)."""
-    c = windows.shape[-1]
-    x = windows.reshape(-1, h // window_size, w // window_size, window_size, window_size, c).permute(0, 1, 3, 2, 4, 5)
-    return x.reshape(-1, h, w, c)
-
-
-def shifted_window_mask(h, w, window_size, shift):
-    """(nW, N, N) boolean tensor, True where two tokens of a window may attend to each other after the cyclic shift.
-
-    Rolling the map by -shift brings pieces of the image that were not neighbours into one window. Label the map by
-    the 3 x 3 regions the roll creates (cut at -window_size and -shift along each axis); tokens attend only within
-    their own region.
-    """
-    xp = backend.xp_for(backend.default_device())
-    regions = xp.zeros((h, w), dtype=backend.int64)
-    label = 0
-    for rows in (slice(0, -window_size), slice(-window_size, -shift), slice(-shift, None)):
-        for cols in (slice(0, -window_size), slice(-window_size, -shift), slice(-shift, None)):
-            regions[rows, cols] = label
-            label += 1
-    windows = window_partition(Tensor(regions[None, :, :, None]), window_size).data[..., 0]  # (nW, N)
-    return Tensor(windows[:, :, None] == windows[:, None, :])
-
-
-class WindowAttention(Module):
-    """Multi-head self-attention inside each window, plus Swin's learned relative position bias."""
-
-    def __init__(self, dim, window_size, num_heads, qkv_bias=True):
-        super().__init__()
-        if dim % num_heads:
-            raise ValueError(f"dim {dim} is not divisible by num_heads {num_heads}")
-        self.dim, self.window_size, self.num_heads = dim, window_size, num_heads
-        self.qkv = Linear(dim, 3 * dim, qkv_bias)
-        self.proj = Linear(dim, dim)
-        self.relative_bias = RelativePositionBias(window_size, num_heads)
-        self.last_weights = None
-
-    def forward(self, windows, mask=None, need_weights=False):
-        """windows (B * nW, N, C); mask (nW, N, N) boolean (True = may attend) from shifted_window_mask, or None."""
-        bw, n, c = windows.shape
-        if n != self.window_size ** 2 or c != self.dim:
-            raise ValueError(f"WindowAttention(dim={self.dim}, window_size={self.window_size}) expects windows of "
-                             f"shape (B * nW, {self.window_size ** 2}, {self.dim}), got {windows.shape}")
-        hd = c // self.num_heads
-        q, k, v = self.qkv(windows).reshape(bw, n, 3, self.num_heads, hd).permute(2, 0, 3, 1, 4).chunk(3, dim=0)
-        q, k, v = q.squeeze(0), k.squeeze(0), v.squeeze(0)                       # (B * nW, H, N, hd)
-        bias = self.relative_bias()                                               # (H, N, N), learned
-        if mask is not None:
-            n_windows = mask.shape[0]
-            q, k, v = (t.reshape(bw // n_windows, n_windows, self.num_heads, n, hd) for t in (q, k, v))
-            mask_data = mask.data if isinstance(mask, Tensor) else mask
-            bias = ops.masked_fill(bias.unsqueeze(0), ~mask_data[:, None], float("-inf"))  # (nW, H, N, N)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
-        if need_weights:
-            self.last_weights = F.attention_weights(q, k, attn_mask=bias.detach()).reshape(bw, self.num_heads, n, n)
-        return self.proj(out.reshape(bw, self.num_heads, n, hd).transpose(1, 2).reshape(bw, n, c))
+        return (f"d_model={self.d_model}, num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, "
+                f"impl={self.impl!r}")
 
 
 # -- attention inside a CNN ---------------------------------------------------------------------------

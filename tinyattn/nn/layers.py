@@ -112,6 +112,14 @@ class Tanh(Module):
         return ops.tanh(x)
 
 
+def residual(x, sublayer, norm, prenorm, dropout=0.0, training=False):
+    """A sublayer with its residual connection and its norm: x + dropout(sublayer(norm(x))) when prenorm (GPT-2 on,
+    trains deep stacks without warm-up), else norm(x + dropout(sublayer(x))) (post-norm, the 2017 Transformer)."""
+    if prenorm:
+        return x + F.dropout(sublayer(norm(x)), dropout, training)
+    return norm(x + F.dropout(sublayer(x), dropout, training))
+
+
 class MLP(Module):
     """The Transformer feed-forward block: Linear(D, 4D) -> activation -> Linear(4D, D) -> dropout."""
 

@@ -6,14 +6,15 @@ everything without a list kept by hand.
 from collections import OrderedDict
 
 from .. import backend
-from ..tensor import Tensor
+from ..ops import to_args
+from ..tensor import Tensor, as_array
 
 
 class Parameter(Tensor):
     """A Tensor that is a module's learnable weight: requires grad by default and is registered on assignment."""
 
     def __init__(self, data, requires_grad=True):
-        super().__init__(data.data if isinstance(data, Tensor) else data, requires_grad=requires_grad)
+        super().__init__(as_array(data), requires_grad=requires_grad)
 
     def __repr__(self):
         return "Parameter containing:\n" + super().__repr__()
@@ -146,11 +147,7 @@ class Module:
 
     def to(self, *args, dtype=None, device=None):
         """Move (and/or cast) every parameter and buffer in place: module.to("cuda"), module.to("float64")."""
-        for arg in args:
-            if isinstance(arg, str) and arg.split(":")[0] in backend.DEVICES:
-                device = arg
-            else:
-                dtype = arg
+        dtype, device = to_args(args, dtype, device)
 
         def convert(array, floating_only):
             if device is not None:
@@ -216,7 +213,7 @@ class Module:
         for key, value in state_dict.items():
             if key in targets:
                 target = targets[key]
-                data = value.data if isinstance(value, Tensor) else value
+                data = as_array(value)
                 target.data = backend.to_device(backend.xp_of(data).asarray(data, dtype=target.dtype),
                                                 target.device).copy()
         return missing, unexpected

@@ -7,7 +7,7 @@ everything here is a way of telling it where each token sits.
 import math
 
 from .. import backend, ops
-from ..tensor import Tensor
+from ..tensor import Tensor, as_array
 from .module import Module, Parameter
 from .layers import _parameter
 from . import init
@@ -142,7 +142,7 @@ def interpolate_pos_embed(pos_embed, old_grid, new_grid, num_prefix_tokens=0):
     keeping prefix tokens (class, distillation) as they are: what lets a ViT run at a new image size."""
     (oh, ow), (nh, nw) = ((old_grid, old_grid) if isinstance(old_grid, int) else old_grid,
                           (new_grid, new_grid) if isinstance(new_grid, int) else new_grid)
-    data = pos_embed.data if isinstance(pos_embed, Tensor) else pos_embed
+    data = as_array(pos_embed)
     xp = backend.xp_of(data)
     prefix, grid = data[:, :num_prefix_tokens], data[:, num_prefix_tokens:]
     if grid.shape[1] != oh * ow:

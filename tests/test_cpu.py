@@ -1,4 +1,5 @@
-"""CPU threads (tinyattn/threads.py): sharing work, and layers that give the same answers on one thread or several."""
+"""The CPU layer (tinyattn/cpu): sharing work among threads, cutting it into parts and pieces, BLAS held only while
+tinyattn's fast code runs, and the fast Functions giving the same answers on one thread or several."""
 import threading
 
 import numpy as np
@@ -6,7 +7,8 @@ import pytest
 
 import tinyattn as ta
 import tinyattn.functional as F
-from tinyattn import threads
+from tinyattn import cpu
+from tinyattn.cpu import split, threads
 
 from conftest import host, randn
 
@@ -16,21 +18,21 @@ cpu_only = pytest.mark.skipif(ta.get_default_device() != "cpu", reason="threads 
 @pytest.fixture
 def thread_count():
     """Set tinyattn's thread count for one test, with small cache pieces so that small arrays still come in many."""
-    before, piece = threads.get_num_threads(), threads.CACHE_PIECE
-    threads.CACHE_PIECE = 37
+    before, piece = threads.get_num_threads(), split.CACHE_PIECE
+    split.CACHE_PIECE = 37
     yield threads.set_num_threads
     threads.set_num_threads(before)
-    threads.CACHE_PIECE = piece
+    split.CACHE_PIECE = piece
 
 
 @cpu_only
 def test_share_deals_items_round_robin_to_different_threads(thread_count):
     thread_count(2)
-    seen = threads.share(lambda items: (list(items), threading.get_ident()), range(5), np.zeros(1))
+    seen = threads.share(lambda items: (list(items), threading.get_ident()), range(5))
     assert [items for items, _ in seen] == [[0, 2, 4], [1, 3]]
     assert seen[0][1] != seen[1][1]
     thread_count(1)
-    assert threads.share(lambda items: list(items), range(5), np.zeros(1)) == [[0, 1, 2, 3, 4]]
+    assert threads.share(lambda items: list(items), range(5)) == [[0, 1, 2, 3, 4]]
 
 
 @cpu_only
@@ -42,21 +44,21 @@ def test_share_raises_what_a_helper_raised_and_keeps_working(thread_count):
             raise ValueError("helper failed")
         return items
     with pytest.raises(ValueError, match="helper failed"):
-        threads.share(work, range(2), np.zeros(1))
-    assert threads.share(lambda items: items, range(4), np.zeros(1)) == [[0, 2], [1, 3]]
+        threads.share(work, range(2))
+    assert threads.share(lambda items: items, range(4)) == [[0, 2], [1, 3]]
 
 
 @cpu_only
 def test_share_inside_a_share_runs_on_the_same_thread(thread_count):
     thread_count(2)
-    inner = threads.share(lambda items: threads.share(lambda inner: len(inner), range(6), np.zeros(1)),
-                          range(2), np.zeros(1))
+    inner = threads.share(lambda items: threads.share(lambda inner: len(inner), range(6)), range(2))
     assert inner == [[6], [6]]
 
 
-def test_set_num_threads_rejects_zero():
-    with pytest.raises(ValueError, match="at least 1 thread"):
-        ta.set_num_threads(0)
+@pytest.mark.parametrize("bad", [0, -2, 1.5, "2", True])
+def test_set_num_threads_rejects_what_is_not_a_count(bad):
+    with pytest.raises(ValueError, match="whole number of threads"):
+        ta.set_num_threads(bad)
 
 
 @cpu_only
@@ -66,17 +68,17 @@ def test_matmul_shared_by_rows_matches_numpy(thread_count, a_shape, b_shape):
     thread_count(3)
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal(a_shape), rng.standard_normal(b_shape)
-    np.testing.assert_allclose(threads.matmul(a, b), a @ b, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(cpu.matmul(a, b), a @ b, rtol=1e-12, atol=1e-12)
 
 
 @cpu_only
-def test_map_rows_puts_pieces_back_together(thread_count):
+def test_for_each_piece_puts_pieces_back_together(thread_count):
     thread_count(2)
     x = np.arange(500.0).reshape(100, 5)
-    total, doubled = threads.map_rows(lambda rows: (rows.sum(axis=1, keepdims=True), 2 * rows), x)
+    total, doubled = cpu.for_each_piece(lambda rows: (rows.sum(axis=1, keepdims=True), 2 * rows), x)
     np.testing.assert_array_equal(total, x.sum(axis=1, keepdims=True))
     np.testing.assert_array_equal(doubled, 2 * x)
-    assert threads.map_rows(lambda rows: rows + 1, np.zeros((0, 3))).shape == (0, 3)
+    assert cpu.for_each_piece(lambda rows: rows + 1, np.zeros((0, 3))).shape == (0, 3)
 
 
 def _forward_backward(fn, *shapes):
@@ -114,6 +116,49 @@ def test_matmul_adds_the_bias_to_every_row(thread_count):
     thread_count(2)
     rng = np.random.default_rng(1)
     a, b, bias = rng.standard_normal((400, 300)), rng.standard_normal((300, 50)), rng.standard_normal(50)
-    np.testing.assert_allclose(threads.matmul(a, b, bias), a @ b + bias, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(cpu.matmul(a, b, bias), a @ b + bias, rtol=1e-12, atol=1e-12)
     small = a[:2, :3]
-    np.testing.assert_allclose(threads.matmul(small, b[:3], bias), small @ b[:3] + bias, rtol=1e-12)
+    np.testing.assert_allclose(cpu.matmul(small, b[:3], bias), small @ b[:3] + bias, rtol=1e-12)
+
+
+@cpu_only
+def test_for_each_part_keeps_the_order_of_parts_and_sum_over_parts_adds_every_thread(thread_count):
+    thread_count(3)
+    assert split.for_each_part(lambda part: part * part, range(7)) == [0, 1, 4, 9, 16, 25, 36]
+
+    def add(part, totals):
+        totals[0][part] += 1.0
+    (counts,) = split.sum_over_parts(add, range(10), lambda: (np.zeros(10),))
+    np.testing.assert_array_equal(counts, np.ones(10))
+
+
+def _blas_threads():
+    from threadpoolctl import threadpool_info
+    return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+
+
+@cpu_only
+def test_blas_keeps_its_thread_count_outside_tinyattn_calls(thread_count):
+    """Importing tinyattn and running its fast code leaves NumPy's BLAS as it was; inside, BLAS runs on one thread."""
+    from threadpoolctl import threadpool_limits
+    thread_count(2)
+    seen_inside = []
+
+    def product_rows(part):
+        seen_inside.extend(_blas_threads())
+    with threadpool_limits(2, user_api="blas"):
+        before = _blas_threads()
+        model = ta.nn.Sequential(ta.nn.Linear(64, 256), ta.nn.GELU(), ta.nn.LayerNorm(256), ta.nn.Linear(256, 8))
+        loss = F.cross_entropy(model(ta.randn(512, 64)), ta.randint(0, 8, (512,)))
+        loss.backward()
+        ta.optim.AdamW(model.parameters()).step()
+        split.for_each_part(product_rows, range(2))
+        assert _blas_threads() == before == [2] * len(before)
+    assert seen_inside and set(seen_inside) == {1}
+
+
+def test_the_normal_cdf_polynomial_is_what_its_fit_script_makes():
+    from tinyattn.cpu import arrays, fit_normal_cdf
+    coefficients = fit_normal_cdf.fit()
+    assert coefficients == arrays.NORMAL_TAIL_POLY
+    assert fit_normal_cdf.largest_relative_error(coefficients, points=20001) < 1.5e-8

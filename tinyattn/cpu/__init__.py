@@ -1,0 +1,17 @@
+"""The CPU layer: everything in tinyattn that exists only to make the fast path fast on a CPU.
+
+The fast Functions in tinyattn/functional show their formula and hand the cutting of work to this layer; their
+reference twins use none of it. Nothing here changes the math: tests hold fast == reference.
+
+- threads.py: tinyattn's own threads (set_num_threads as in PyTorch) and share(), which deals work among them.
+- split.py: how a fast Function's work is cut: a product's rows, rows in cache-sized pieces, attention's parts.
+- tuning.py: BLAS held to one thread while tinyattn's fast code runs (given back afterwards); tune_allocator(),
+  an explicit call that lets glibc keep freed memory for reuse.
+- arrays.py: array formulas arranged for NumPy's speed (row sums by BLAS, selections without where(), embedding
+  gradients by sorting, the normal CDF from a fitted polynomial); fit_normal_cdf.py makes that polynomial.
+"""
+from .arrays import add_rows, last_axis_sum, leading_axes_sum, normal_cdf, row_mean, sigmoid
+from .split import (AttentionPart, attention_parts, for_each_part, for_each_piece, matmul, one_slice_per_thread,
+                    slices, sum_over_parts)
+from .threads import get_num_threads, set_num_threads, share
+from .tuning import blas_held, tune_allocator, tuned

@@ -1,0 +1,93 @@
+"""Array formulas that give the same numbers as the plain ones, arranged to run faster in NumPy.
+
+Each was measured against the plain form it replaces (the reference twins in tinyattn/functional use those):
+- row sums as a product with a ones vector: BLAS does it ~4x faster than sum(axis=-1) on short rows;
+- selections written as arithmetic: NumPy's where() branches per element, ~5x slower on data of mixed signs;
+- embedding gradients by sorting the ids: ~2.7x faster than numpy.add.at, which goes element by element;
+- the normal CDF from a fitted polynomial, in place, for float32: NumPy has no erf, and an erfc called element
+  by element from Python is ~6x slower (fit_normal_cdf.py made the polynomial).
+"""
+import math
+
+from ..backend import erfc, is_cupy_array, scatter_add, xp_of
+
+
+def last_axis_sum(x):
+    """x summed over its last axis, keeping that axis (size 1): x @ ones."""
+    return x @ xp_of(x).ones((x.shape[-1], 1), dtype=x.dtype)
+
+
+def leading_axes_sum(x):
+    """x summed over every axis but the last (a bias gradient): ones @ rows."""
+    rows = x.reshape(-1, x.shape[-1])
+    return xp_of(x).ones(rows.shape[0], dtype=x.dtype) @ rows
+
+
+def row_mean(rows):
+    """Each row's mean, as a column; summing before dividing keeps the mean of a constant row exact."""
+    return last_axis_sum(rows) / rows.shape[1]
+
+
+def sigmoid(x):
+    """1 / (1 + exp(-x)) without overflow: with e = exp(-|x|), 1 / (1 + e) for x >= 0 and e / (1 + e) for x < 0,
+    the choice made by arithmetic instead of where()."""
+    xp = xp_of(x)
+    e = xp.exp(-xp.abs(x))
+    negative = x < 0
+    numerator = negative * e       # e where x < 0, else 1
+    numerator += ~negative
+    e += 1
+    numerator /= e
+    return numerator
+
+
+def add_rows(target, rows, values):
+    """target[rows] += values for integer rows along axis 0, repeated rows adding up: sort the rows, sum each run of
+    equal ones with reduceat, then one indexed add. (CuPy adds atomically on the GPU: backend.scatter_add.)"""
+    if is_cupy_array(target):
+        return scatter_add(target, rows, values)
+    xp = xp_of(target)
+    if rows.size == 0:
+        return target
+    rows = xp.where(rows < 0, rows + target.shape[0], rows)
+    order = xp.argsort(rows, kind="stable")
+    sorted_rows = rows[order]
+    starts = xp.flatnonzero(xp.r_[True, sorted_rows[1:] != sorted_rows[:-1]])
+    target[sorted_rows[starts]] += xp.add.reduceat(values[order], starts, axis=0)
+    return target
+
+
+# Phi(-|x|) / (t exp(-x^2 / 2)) as a polynomial in t = 1 / (1 + |x| / (2 sqrt 2)), highest power first, from
+# `python -m tinyattn.cpu.fit_normal_cdf`: Phi to 1.4e-8 relative error for every x in float64.
+NORMAL_TAIL_POLY = (0.0215977167, -0.117366797, 0.246847466, -0.227486995, 0.0660885227, -0.0296056791,
+                    0.0467312172, 0.0876579879, 0.123442287, 0.141046877, 0.141047398)
+NORMAL_TAIL_SCALE = 1 / (2 * math.sqrt(2))
+
+
+def normal_cdf(x):
+    """Phi(x), the standard normal CDF, and exp(-x^2 / 2), which the GELU backward reuses.
+
+    The tail Phi(-|x|) = exp(-x^2 / 2) t P(t) keeps its relative precision far out (Phi(-10) ~ 7.6e-24 comes out to
+    1e-8 relative, where 0.5 (1 + erf) would give 0); Phi(|x|) = 1 - Phi(-|x|). Every step works in place. Its
+    1.4e-8 is below float32's rounding (6e-8) but not float64's: float64 inputs get the C library's erfc instead.
+    """
+    xp = xp_of(x)
+    if x.dtype == xp.float64:
+        return 0.5 * erfc(x * -math.sqrt(0.5)), xp.exp(-0.5 * x * x)
+    t = xp.abs(x)
+    t *= NORMAL_TAIL_SCALE
+    t += 1
+    xp.reciprocal(t, out=t)
+    tail = t * NORMAL_TAIL_POLY[0]                       # Horner's rule
+    for c in NORMAL_TAIL_POLY[1:]:
+        tail += c
+        tail *= t
+    gauss = x * x
+    gauss *= -0.5
+    xp.exp(gauss, out=gauss)
+    tail *= gauss                                        # Phi(-|x|)
+    cdf = tail * -2                                      # Phi(x) = tail + [x >= 0] (1 - 2 tail)
+    cdf += 1
+    cdf *= x >= 0
+    cdf += tail
+    return cdf, gauss

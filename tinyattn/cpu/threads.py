@@ -1,0 +1,86 @@
+"""tinyattn's own threads: work dealt out among a few helper threads and the calling thread.
+
+NumPy releases the GIL inside its ufunc loops and BLAS calls, so plain Python threads run array code side by side.
+As in PyTorch, set_num_threads(n) (or TINYATTN_NUM_THREADS) picks how many cores tinyattn uses; 1 runs everything
+in the calling thread, exactly as written.
+"""
+import os
+import queue
+import threading
+
+from . import tuning
+
+_num_threads = None                 # set by set_num_threads; None: $TINYATTN_NUM_THREADS, else one per core
+_tasks = queue.SimpleQueue()        # (work, items, index, done queue) for the helper threads
+_helpers = []
+_this_thread = threading.local()    # .sharing is True while a thread works on its share (no nested sharing)
+
+
+def _cores():
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def set_num_threads(n):
+    """How many threads (cores) tinyattn's CPU work uses, as torch.set_num_threads."""
+    global _num_threads
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"set_num_threads needs a whole number of threads, at least 1, got {n!r}")
+    _num_threads = n
+
+
+def get_num_threads():
+    if _num_threads is None:
+        set_num_threads(int(os.environ.get("TINYATTN_NUM_THREADS", 0)) or _cores())
+    return _num_threads
+
+
+def _helper_loop():
+    """A helper thread: runs shares of work as they come (forever; a daemon thread ends with the process)."""
+    _this_thread.sharing = True
+    while True:
+        work, items, index, done = _tasks.get()
+        try:
+            done.put((index, work(items), None))
+        except BaseException as error:  # handed to the caller, which raises it
+            done.put((index, None, error))
+
+
+def _start_helpers(count):
+    while len(_helpers) < count:
+        helper = threading.Thread(target=_helper_loop, name=f"tinyattn-{len(_helpers) + 1}", daemon=True)
+        helper.start()
+        _helpers.append(helper)
+
+
+def share(work, items):
+    """work(share) on each thread's share of items, dealt round-robin (thread t gets items[t::n]); the results in
+    thread order. Dealing rather than cutting in halves balances work that grows along items (causal attention).
+
+    The calling thread does the first share itself while helper threads do the others: each call costs a hand-off
+    through a queue (tens of microseconds), not a Future per share. BLAS is held to one thread meanwhile, so that
+    the threads do not each start BLAS threads of their own.
+    """
+    items = list(items)
+    n = min(get_num_threads(), len(items))
+    if n <= 1 or getattr(_this_thread, "sharing", False):
+        return [work(items)]
+    _start_helpers(n - 1)
+    with tuning.blas_held():
+        done = queue.SimpleQueue()
+        for t in range(1, n):
+            _tasks.put((work, items[t::n], t, done))
+        results = [None] * n
+        _this_thread.sharing = True
+        try:
+            results[0] = work(items[0::n])
+        finally:
+            _this_thread.sharing = False
+            errors = []
+            for _ in range(1, n):           # wait for every helper, even after an error here
+                index, result, error = done.get()
+                results[index] = result
+                errors.append(error)
+    for error in errors:
+        if error is not None:
+            raise error
+    return results

@@ -1,0 +1,87 @@
+"""What tinyattn changes in the process for speed, and for how long.
+
+- BLAS is held to one thread while tinyattn's fast code runs (blas_held, and the tuned decorator for the fast
+  Functions), and given back its thread count when that code returns. tinyattn's own threads (threads.py) split the
+  work instead: a BLAS thread that finished a product keeps spinning on its core for a while, and would slow down
+  the elementwise work that tinyattn's threads run next. NumPy code outside tinyattn sees BLAS as it was.
+- glibc's allocator thresholds change only when tune_allocator() is called: there is no way to read them back and
+  restore them, so it is the caller's choice (the lessons and `python -m tinyattn.bench` make it).
+"""
+import contextlib
+import functools
+import sys
+import threading
+
+from ..backend import is_cupy_array
+
+_lock = threading.Lock()
+_depth = 0                  # how many blas_held() scopes are open, over all threads
+_restore = []               # (library, its thread count before the outermost scope)
+_blas_libraries = None
+
+
+def _blas():
+    """threadpoolctl's controllers of the BLAS libraries loaded in this process (found once)."""
+    global _blas_libraries
+    if _blas_libraries is None:
+        from threadpoolctl import ThreadpoolController
+        _blas_libraries = ThreadpoolController().select(user_api="blas").lib_controllers
+    return _blas_libraries
+
+
+@contextlib.contextmanager
+def blas_held():
+    """BLAS runs on one thread inside, and on as many as before once the outermost scope closes."""
+    global _depth
+    with _lock:
+        if _depth == 0:
+            _restore[:] = [(library, library.get_num_threads()) for library in _blas()]
+            for library, _ in _restore:
+                library.set_num_threads(1)
+        _depth += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _depth -= 1
+            if _depth == 0:
+                for library, count in _restore:
+                    library.set_num_threads(count)
+
+
+def _held(method):
+    @functools.wraps(method)
+    def run(*args):
+        # args: (ctx, arrays...) for forward, (ctx, grad) for backward; GPU arrays need no hold
+        if len(args) > 1 and is_cupy_array(args[1]):
+            return method(*args)
+        with blas_held():
+            return method(*args)
+    return staticmethod(run)
+
+
+def tuned(function_class):
+    """Class decorator for a fast Function: its forward and backward run with BLAS held to one thread."""
+    function_class.forward = _held(function_class.forward)
+    function_class.backward = _held(function_class.backward)
+    return function_class
+
+
+def tune_allocator():
+    """Let glibc keep freed memory for reuse, for the rest of the process (Linux with glibc only).
+
+    NumPy allocates a fresh array for every temporary; glibc serves arrays over its mmap threshold with mmap and
+    returns them to the OS on free, and trims the top of its heap when enough is free there, so the next array of
+    that size pays a page fault for every 4 KiB. Raising both thresholds keeps those pages: the GPT step of
+    `python -m tinyattn.bench train-step` (D=128) ran about 20% faster with it. Returns True when the thresholds were
+    changed. The change cannot be undone: glibc has no way to read the old thresholds back.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:  # not glibc (musl, for example): nothing to tune
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    return bool(libc.mallopt(m_mmap_threshold, 32 << 20) and libc.mallopt(m_trim_threshold, 256 << 20))

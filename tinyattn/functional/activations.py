@@ -1,0 +1,130 @@
+"""GELU, exact and in its tanh form, and SiLU: the reference twins, then the fast versions."""
+import math
+
+from .. import cpu
+from ..backend import erfc, xp_of
+from ..ops import sigmoid_array
+from ..tensor import Function
+from . import twins
+
+_SQRT_HALF = math.sqrt(0.5)
+_SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
+_INV_SQRT_2PI = 1 / math.sqrt(2 * math.pi)
+
+
+def _gelu_tanh(x):
+    """0.5 x (1 + tanh(u)), u = sqrt(2 / pi) (x + 0.044715 x^3); and tanh(u), which its derivative needs."""
+    th = xp_of(x).tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x))
+    return 0.5 * x * (1 + th), th
+
+
+def _gelu_tanh_grad(grad, x, th):
+    """dy * (0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) du/dx), du/dx = sqrt(2 / pi) (1 + 3 * 0.044715 x^2)."""
+    du = _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x * x)
+    return grad * (0.5 * (1 + th) + 0.5 * x * (1 - th * th) * du)
+
+
+class ReferenceGELU(Function):
+    """GELU(x) = x Phi(x), Phi the standard normal CDF; its derivative is Phi(x) + x phi(x), phi the normal density.
+
+    Exact by construction: Phi(x) = erfc(-x / sqrt 2) / 2 with the C library's erfc (correct to about an ulp, and
+    in relative terms far into the lower tail, where 1 + erf(x / sqrt 2) would lose every digit).
+    approximate="tanh" is the tanh form (Hendrycks & Gimpel), exactly as written.
+    """
+
+    @staticmethod
+    def forward(ctx, x, approximate):
+        ctx.approximate = approximate
+        if approximate == "tanh":
+            y, th = _gelu_tanh(x)
+            ctx.save_for_backward(x, th)
+            return y
+        cdf = 0.5 * erfc(-_SQRT_HALF * x)
+        ctx.save_for_backward(x, cdf)
+        return x * cdf
+
+    @staticmethod
+    def backward(ctx, grad):
+        if ctx.approximate == "tanh":
+            return _gelu_tanh_grad(grad, *ctx.saved_tensors), None
+        x, cdf = ctx.saved_tensors
+        density = _INV_SQRT_2PI * xp_of(x).exp(-0.5 * x * x)
+        return grad * (cdf + x * density), None
+
+
+class ReferenceSiLU(Function):
+    """SiLU(x) = x s(x), s the sigmoid; its derivative is s (1 + x (1 - s))."""
+
+    @staticmethod
+    def forward(ctx, x):
+        s = sigmoid_array(x)
+        ctx.save_for_backward(x, s)
+        return x * s
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, s = ctx.saved_tensors
+        return grad * s * (1 + x * (1 - s))
+
+
+# -- the fast versions: elementwise chains on cache-sized pieces shared among the CPU threads -------------------
+def _gelu_piece(x):
+    """x Phi(x) with Phi from the fitted polynomial (cpu.normal_cdf), and the Phi(x) and exp(-x^2 / 2) that the
+    backward needs: keeping exp(-x^2 / 2) saves computing it again."""
+    cdf, gauss = cpu.normal_cdf(x)
+    return x * cdf, cdf, gauss
+
+
+def _gelu_grad_piece(grad, x, cdf, gauss):
+    """grad * (Phi(x) + x phi(x)), built in one buffer."""
+    slope = x * gauss
+    slope *= _INV_SQRT_2PI
+    slope += cdf
+    slope *= grad
+    return slope
+
+
+@cpu.tuned
+class FastGELU(Function):
+    @staticmethod
+    def forward(ctx, x, approximate):
+        ctx.approximate = approximate
+        flat = x.reshape(-1)
+        if approximate == "tanh":
+            y, th = cpu.for_each_piece(_gelu_tanh, flat)
+            ctx.save_for_backward(x, th)
+            return y.reshape(x.shape)
+        y, cdf, gauss = cpu.for_each_piece(_gelu_piece, flat)
+        ctx.save_for_backward(x, cdf, gauss)
+        return y.reshape(x.shape)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, *kept = ctx.saved_tensors
+        grad_piece = _gelu_tanh_grad if ctx.approximate == "tanh" else _gelu_grad_piece
+        return cpu.for_each_piece(grad_piece, grad.reshape(-1), x.reshape(-1), *kept).reshape(x.shape), None
+
+
+@cpu.tuned
+class FastSiLU(ReferenceSiLU):
+    """The same, with the sigmoid's choice of formula made by arithmetic instead of where() (cpu.sigmoid)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        s = cpu.sigmoid(x)
+        ctx.save_for_backward(x, s)
+        return x * s
+
+
+twins.register("gelu", FastGELU, ReferenceGELU)
+twins.register("silu", FastSiLU, ReferenceSiLU)
+
+
+def gelu(input, approximate="none"):
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"approximate must be 'none' or 'tanh', got {approximate!r}")
+    return twins.implementation("gelu").apply(input, approximate)
+
+
+def silu(input):
+    return twins.implementation("silu").apply(input)

@@ -1,0 +1,80 @@
+"""What every attention Function needs from its arguments: the default scale, one mask from attn_mask and
+is_causal, boolean masks as additive biases, and query heads grouped over shared key/value heads (GQA/MQA)."""
+import math
+
+from ..backend import xp_of
+
+
+def default_scale(query, scale):
+    """1 / sqrt(E) unless a scale is given, as PyTorch."""
+    return 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+
+
+def causal_mask(query_len, key_len, xp, offset=0):
+    """Boolean (L, S) mask, True where query i may see key j: j <= i + offset (offset 0: PyTorch's top-left)."""
+    return xp.tril(xp.ones((query_len, key_len), dtype=bool), offset)
+
+
+def check_mask_choice(attn_mask, is_causal):
+    if is_causal and attn_mask is not None:
+        raise ValueError("pass either attn_mask or is_causal=True, not both (combine them into one mask)")
+
+
+def attention_mask(attn_mask, is_causal, query_len, key_len, like):
+    """The one mask attention applies: attn_mask, or the causal mask for is_causal."""
+    check_mask_choice(attn_mask, is_causal)
+    return causal_mask(query_len, key_len, xp_of(like)) if is_causal else attn_mask
+
+
+def additive_mask(mask, dtype):
+    """A mask as something to add to scores: boolean True (may attend) -> 0, False -> -inf; a float mask as it is."""
+    if mask is None or mask.dtype != bool:
+        return mask
+    xp = xp_of(mask)
+    return xp.where(mask, xp.zeros((), dtype=dtype), xp.asarray(-xp.inf, dtype=dtype))
+
+
+def group_size(q_shape, k_shape, v_shape, enable_gqa):
+    """How many query heads share each key/value head (1 without grouping); an error for counts that don't fit."""
+    hq, hkv = q_shape[-3] if len(q_shape) >= 3 else 1, k_shape[-3] if len(k_shape) >= 3 else 1
+    if hq == hkv:
+        return 1
+    if not enable_gqa:
+        raise ValueError(f"query has {hq} heads but key/value have {hkv}: pass enable_gqa=True for grouped-query "
+                         f"attention (q {q_shape}, k {k_shape}, v {v_shape})")
+    if hq % hkv:
+        raise ValueError(f"grouped-query attention needs query heads ({hq}) divisible by key/value heads ({hkv})")
+    return hq // hkv
+
+
+def group_heads(q, k, v, mask, enable_gqa):
+    """Views that let Hq query heads share Hkv key/value heads without copying K and V.
+
+    q (..., Hq, L, E) becomes (..., Hkv, G, L, E); k and v gain a size-1 group axis that broadcasts; the mask is
+    viewed the same way. Returns the views and G (1 when there is no grouping). Gradients for k and v come back
+    with the group axis, to be summed over it (ungroup_grad).
+    """
+    groups = group_size(q.shape, k.shape, v.shape, enable_gqa)
+    if groups == 1:
+        return q, k, v, mask, 1
+    hq, hkv, xp = q.shape[-3], k.shape[-3], xp_of(q)
+    if mask is not None:
+        mask = mask.reshape((1,) * (q.ndim - mask.ndim) + mask.shape)
+        split = (hkv, groups) if mask.shape[-3] == hq else (1, 1)
+        mask = mask.reshape(mask.shape[:-3] + split + mask.shape[-2:])
+    return split_heads(q, groups), xp.expand_dims(k, -3), xp.expand_dims(v, -3), mask, groups
+
+
+def split_heads(x, groups):
+    """(..., Hq, L, X) -> (..., Hq / G, G, L, X): query-side arrays in the grouped layout."""
+    return x if groups == 1 else x.reshape(x.shape[:-3] + (x.shape[-3] // groups, groups) + x.shape[-2:])
+
+
+def merge_heads(x, groups):
+    """(..., Hkv, G, L, X) -> (..., Hkv * G, L, X): the grouped layout back to one axis of query heads."""
+    return x if groups == 1 else x.reshape(x.shape[:-4] + (-1,) + x.shape[-2:])
+
+
+def ungroup_grad(grad, groups):
+    """A key or value gradient in the grouped layout, summed over the query heads of each group."""
+    return grad.sum(axis=-3) if groups > 1 else grad

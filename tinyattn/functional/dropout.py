@@ -1,0 +1,39 @@
+"""Dropout: zero each element with probability p and scale the survivors by 1 / (1 - p), so that the expected
+value is unchanged. One Function serves both paths: there is nothing to arrange for speed in it."""
+from ..backend import device_of, generator
+from ..tensor import Function
+from . import twins
+
+
+class Dropout(Function):
+    """y = x * keep * scale; backward: dx = dy * keep * scale (keep: the elements that survived)."""
+
+    @staticmethod
+    def forward(ctx, x, keep, scale):
+        ctx.save_for_backward(keep)
+        ctx.scale = scale
+        return x * keep * scale
+
+    @staticmethod
+    def backward(ctx, grad):
+        (keep,) = ctx.saved_tensors
+        return grad * keep * ctx.scale, None, None
+
+
+twins.register("dropout", Dropout, Dropout)
+
+
+def keep_mask(shape, p, like):
+    """True where dropout keeps an element, drawn from the seeded generator of like's device."""
+    return generator(device_of(like)).random(shape, dtype=like.dtype) >= p
+
+
+def dropout(input, p=0.5, training=True):
+    """Zero each element with probability p and scale the rest by 1/(1-p); the identity when not training."""
+    if not 0 <= p <= 1:
+        raise ValueError(f"dropout probability must be in [0, 1], got {p}")
+    if not training or p == 0:
+        return input
+    if p == 1:
+        return input * 0.0
+    return twins.implementation("dropout").apply(input, keep_mask(input.shape, p, input.data), 1.0 / (1.0 - p))

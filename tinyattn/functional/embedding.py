@@ -1,0 +1,50 @@
+"""embedding: rows of a weight table picked by integer ids, as nn.Embedding."""
+from .. import cpu
+from ..backend import scatter_add, xp_of
+from ..tensor import Function, as_array
+from . import twins
+
+
+def _table_grad(ids, grad, weight_shape, padding_idx, add_rows):
+    """dW[i] = the sum of dy over every position whose id is i; add_rows(target, rows, values) must add repeated
+    rows up. The padding row gets no gradient."""
+    grad_weight = xp_of(grad).zeros(weight_shape, dtype=grad.dtype)
+    add_rows(grad_weight, ids.reshape(-1), grad.reshape(-1, weight_shape[1]))
+    if padding_idx is not None:
+        grad_weight[padding_idx] = 0
+    return grad_weight
+
+
+class ReferenceEmbedding(Function):
+    """y = W[ids]; backward: dW[i] = sum of dy where ids == i (scatter-add: repeated ids add up)."""
+
+    @staticmethod
+    def forward(ctx, ids, weight, padding_idx):
+        ctx.save_for_backward(ids)
+        ctx.weight_shape, ctx.padding_idx = weight.shape, padding_idx
+        return weight[ids]
+
+    @staticmethod
+    def backward(ctx, grad):
+        (ids,) = ctx.saved_tensors
+        return None, _table_grad(ids, grad, ctx.weight_shape, ctx.padding_idx, scatter_add), None
+
+
+@cpu.tuned
+class FastEmbedding(ReferenceEmbedding):
+    """The same; repeated ids summed by sorting them (cpu.add_rows) rather than one element at a time."""
+
+    @staticmethod
+    def backward(ctx, grad):
+        (ids,) = ctx.saved_tensors
+        return None, _table_grad(ids, grad, ctx.weight_shape, ctx.padding_idx, cpu.add_rows), None
+
+
+twins.register("embedding", FastEmbedding, ReferenceEmbedding)
+
+
+def embedding(input, weight, padding_idx=None):
+    ids = as_array(input)
+    if ids.dtype.kind not in "iu":
+        raise TypeError(f"embedding needs integer ids, got dtype {ids.dtype}")
+    return twins.implementation("embedding").apply(ids, weight, padding_idx)

@@ -1,0 +1,241 @@
+"""Flash attention: the same result as scaled_dot_product_attention in O(N) memory, block by block with an online
+softmax (FlashAttention-2, Dao 2023). ReferenceFlashAttention is the algorithm in its own names (lesson 04 derives
+it); FastFlashAttention arranges the same loops for speed on the CPU; on the GPU, float32 inputs run the CUDA
+kernels of flash_kernel.py."""
+from .. import cpu
+from ..backend import xp_of
+from ..tensor import Function, Tensor
+from . import flash_kernel, twins
+from .attention_inputs import (additive_mask, check_mask_choice, default_scale, group_heads, group_size,
+                               merge_heads, split_heads, ungroup_grad)
+
+
+def _blocks(n, block_size):
+    return [slice(start, min(start + block_size, n)) for start in range(0, n, block_size)]
+
+
+def _visible(rows, cols, is_causal):
+    """Whether any query of the row block may see any key of the column block (causal: key j <= query i)."""
+    return not is_causal or cols.start <= rows.stop - 1
+
+
+def _block_bias(mask, rows, cols, is_causal, like):
+    """What to add to one (row block, column block) of scores: 0 where a query may see a key, -inf where not, or a
+    float mask's values; None when nothing in the block is masked.
+
+    mask is the user's mask in the grouped layout with size-1 dims left unbroadcast, so a (B, 1, 1, S) padding mask
+    costs O(S) however long the queries are; only dims of full size are sliced.
+    """
+    xp = xp_of(like)
+    bias = None
+    if is_causal and cols.stop - 1 > rows.start:                        # the block crosses the diagonal
+        may_see = xp.arange(cols.start, cols.stop)[None, :] <= xp.arange(rows.start, rows.stop)[:, None]
+        bias = additive_mask(may_see, like.dtype)
+    if mask is not None:
+        part = mask[..., rows if mask.shape[-2] != 1 else slice(None), cols if mask.shape[-1] != 1 else slice(None)]
+        part = additive_mask(part, like.dtype)
+        bias = part if bias is None else bias + part
+    return bias
+
+
+def _scores(q_block, k_block, scale, bias):
+    """S = scale * Qi Kj^T + mask for one block."""
+    s = scale * (q_block @ xp_of(q_block).swapaxes(k_block, -1, -2))
+    return s if bias is None else s + bias
+
+
+class ReferenceFlashAttention(Function):
+    """Never forms the N x M scores. Forward, for each row block Qi: m = -inf, l = 0, acc = 0; then for each
+    column block Kj, Vj that it may see:
+        S = scale Qi Kj^T + mask;  m_new = max(m, rowmax S);  P = exp(S - m_new);  alpha = exp(m - m_new)
+        l = alpha l + rowsum P;  acc = alpha acc + P Vj;  m = m_new
+    and Oi = acc / l, Li = m + log l (each row's log-sum-exp). Only Q, K, V, O and L are kept for backward, which
+    recomputes every block's P exactly as exp(S - Li) and, with D = rowsum(dO * O) (= rowsum(dP * P)):
+        dVj += P^T dOi;  dP = dOi Vj^T;  dS = P * (dP - Di);  dQi += scale dS Kj;  dKj += scale dS^T Qi
+    A row that has seen only masked keys keeps m = -inf, so exp is taken against 0 there (no -inf - -inf = NaN); a
+    row with every key masked ends with l = 0: output 0 and L = +inf, so its recomputed P is 0.
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, mask, scale, is_causal, enable_gqa, block_size):
+        xp = xp_of(q)
+        q, k, v, mask, groups = group_heads(q, k, v, mask, enable_gqa)
+        batch = xp.broadcast_shapes(q.shape[:-2], k.shape[:-2])
+        out = xp.zeros(batch + (q.shape[-2], v.shape[-1]), dtype=q.dtype)
+        lse = xp.zeros(batch + (q.shape[-2], 1), dtype=q.dtype)
+        zero, inf = xp.zeros((), dtype=q.dtype), xp.asarray(xp.inf, dtype=q.dtype)
+        for rows in _blocks(q.shape[-2], block_size):
+            m = xp.full(batch + (rows.stop - rows.start, 1), -xp.inf, dtype=q.dtype)
+            l = xp.zeros_like(m)
+            acc = xp.zeros(batch + (rows.stop - rows.start, v.shape[-1]), dtype=q.dtype)
+            for cols in _blocks(k.shape[-2], block_size):
+                if not _visible(rows, cols, is_causal):
+                    continue
+                s = _scores(q[..., rows, :], k[..., cols, :], scale, _block_bias(mask, rows, cols, is_causal, q))
+                m_new = xp.maximum(m, s.max(axis=-1, keepdims=True))
+                shift = xp.where(m_new == -xp.inf, zero, m_new)
+                p = xp.exp(s - shift)
+                alpha = xp.exp(m - shift)
+                l = alpha * l + p.sum(axis=-1, keepdims=True)
+                acc = alpha * acc + p @ v[..., cols, :]
+                m = m_new
+            empty = l == 0
+            out[..., rows, :] = xp.where(empty, zero, acc / xp.where(empty, 1, l))
+            lse[..., rows, :] = xp.where(empty, inf, m + xp.log(xp.where(empty, 1, l)))
+        ctx.save_for_backward(q, k, v, out, lse, mask)
+        ctx.options = (scale, is_causal, block_size, groups)
+        return merge_heads(out, groups)
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, k, v, out, lse, mask = ctx.saved_tensors
+        scale, is_causal, block_size, groups = ctx.options
+        xp = xp_of(grad)
+        grad = split_heads(grad, groups)
+        d = (grad * out).sum(axis=-1, keepdims=True)
+        grad_q = xp.zeros(out.shape[:-1] + q.shape[-1:], dtype=q.dtype)
+        grad_k = xp.zeros(out.shape[:-2] + k.shape[-2:], dtype=q.dtype)
+        grad_v = xp.zeros(out.shape[:-2] + v.shape[-2:], dtype=q.dtype)
+        for cols in _blocks(k.shape[-2], block_size):
+            for rows in _blocks(q.shape[-2], block_size):
+                if not _visible(rows, cols, is_causal):
+                    continue
+                s = _scores(q[..., rows, :], k[..., cols, :], scale, _block_bias(mask, rows, cols, is_causal, q))
+                p = xp.exp(s - lse[..., rows, :])
+                grad_v[..., cols, :] += xp.swapaxes(p, -1, -2) @ grad[..., rows, :]
+                dp = grad[..., rows, :] @ xp.swapaxes(v[..., cols, :], -1, -2)
+                ds = p * (dp - d[..., rows, :])
+                grad_q[..., rows, :] += scale * (ds @ k[..., cols, :])
+                grad_k[..., cols, :] += scale * (xp.swapaxes(ds, -1, -2) @ q[..., rows, :])
+        return (merge_heads(grad_q, groups), ungroup_grad(grad_k, groups), ungroup_grad(grad_v, groups),
+                None, None, None, None, None)
+
+
+# -- the fast version ---------------------------------------------------------------------------------------------
+def _appended(x, value, axis):
+    """x with one more slice along axis (-1: a column, -2: a row) holding value, an array or a number."""
+    xp = xp_of(x)
+    shape = list(x.shape)
+    shape[axis] = 1
+    return xp.concatenate([x, xp.broadcast_to(xp.asarray(value, dtype=x.dtype), tuple(shape))], axis=axis)
+
+
+@cpu.tuned
+class FastFlashAttention(Function):
+    """The same loops, each block step vectorised over batch and heads and in place on its scores buffer. As in
+    FlashAttention-2, the CPU threads share out row blocks in forward (each is independent) and column blocks in
+    backward (each owns its dK and dV; every one adds to all of dQ, so each thread sums a dQ of its own). The
+    backward folds the row offsets into its products with one extra column: [q, -L] [k, 1]^T = S - L and
+    [dO, -D] [v, 1]^T = dP - D, two passes over every block fewer."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, mask, scale, is_causal, enable_gqa, block_size):
+        xp = xp_of(q)
+        q, k, v, mask, groups = group_heads(q, k, v, mask, enable_gqa)
+        batch = xp.broadcast_shapes(q.shape[:-2], k.shape[:-2])
+        q_scaled, k_t = q * scale, xp.swapaxes(k, -1, -2)
+        zero, minus_inf = xp.zeros((), dtype=q.dtype), xp.asarray(-xp.inf, dtype=q.dtype)
+        out = xp.empty(batch + (q.shape[-2], v.shape[-1]), dtype=q.dtype)
+        lse = xp.empty(batch + (q.shape[-2], 1), dtype=q.dtype)
+
+        def forward_rows(rows):                                          # one row block, all its column blocks
+            q_block = q_scaled[..., rows, :]
+            m = xp.full(batch + (rows.stop - rows.start, 1), -xp.inf, dtype=q.dtype)
+            l = xp.zeros_like(m)
+            acc = xp.zeros(batch + (rows.stop - rows.start, v.shape[-1]), dtype=q.dtype)
+            for cols in _blocks(k.shape[-2], block_size):
+                if not _visible(rows, cols, is_causal):
+                    break                                                 # the rest lie above the diagonal too
+                s = q_block @ k_t[..., cols]
+                bias = _block_bias(mask, rows, cols, is_causal, q)
+                if bias is not None:
+                    s += bias
+                m_new = xp.maximum(m, s.max(axis=-1, keepdims=True))
+                shift = xp.where(m_new == minus_inf, zero, m_new)
+                s -= shift
+                p = xp.exp(s, out=s)
+                alpha = xp.exp(m - shift)
+                l *= alpha
+                l += cpu.last_axis_sum(p)
+                acc *= alpha
+                acc += p @ v[..., cols, :]
+                m = m_new
+            empty = l == 0
+            out[..., rows, :] = acc / xp.where(empty, 1, l)
+            lse[..., rows, :] = xp.where(empty, xp.asarray(xp.inf, dtype=q.dtype), m + xp.log(xp.where(empty, 1, l)))
+        cpu.for_each_part(forward_rows, _blocks(q.shape[-2], block_size))
+        ctx.save_for_backward(q, k, v, out, lse, mask)
+        ctx.options = (scale, is_causal, block_size, groups)
+        return merge_heads(out, groups)
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, k, v, out, lse, mask = ctx.saved_tensors
+        scale, is_causal, block_size, groups = ctx.options
+        xp = xp_of(grad)
+        grad = grad.reshape(out.shape)
+        delta = (grad * out).sum(axis=-1, keepdims=True)                 # D = rowsum(dO * O)
+        k_scaled = k * scale
+        q_aug = _appended(xp.broadcast_to(q * scale, out.shape[:-1] + q.shape[-1:]), -lse, axis=-1)
+        grad_aug = _appended(grad, -delta, axis=-1)
+        k_aug_t, v_aug_t = (_appended(xp.swapaxes(x, -1, -2), 1, axis=-2) for x in (k, v))
+        q_scaled = q_aug[..., :-1]
+        # One slot per query head (k and v are broadcast over the group axis), summed over each group at the end.
+        grad_k = xp.zeros(out.shape[:-2] + k.shape[-2:], dtype=q.dtype)
+        grad_v = xp.zeros(out.shape[:-2] + v.shape[-2:], dtype=q.dtype)
+
+        def backward_columns(cols, sums):                                # one column block, all the rows that see it
+            (grad_q,) = sums
+            for rows in _blocks(q.shape[-2], block_size):
+                if not _visible(rows, cols, is_causal):
+                    continue
+                q_block, grad_block = q_scaled[..., rows, :], grad[..., rows, :]
+                p = q_aug[..., rows, :] @ k_aug_t[..., cols]                     # S - L
+                bias = _block_bias(mask, rows, cols, is_causal, q)
+                if bias is not None:
+                    p += bias
+                xp.exp(p, out=p)                                                 # P, exact
+                grad_v[..., cols, :] += xp.swapaxes(p, -1, -2) @ grad_block
+                grad_s = grad_aug[..., rows, :] @ v_aug_t[..., cols]             # dP - D, made dS in place
+                grad_s *= p
+                grad_q[..., rows, :] += grad_s @ k_scaled[..., cols, :]
+                grad_k[..., cols, :] += xp.swapaxes(grad_s, -1, -2) @ q_block
+        (grad_q,) = cpu.sum_over_parts(backward_columns, _blocks(k.shape[-2], block_size),
+                                       lambda: (xp.zeros_like(q_scaled),))
+        return (merge_heads(grad_q, groups), ungroup_grad(grad_k, groups), ungroup_grad(grad_v, groups),
+                None, None, None, None, None)
+
+
+twins.register("flash_attention", FastFlashAttention, ReferenceFlashAttention)
+
+
+def flash_attention(query, key, value, attn_mask=None, is_causal=False, scale=None, enable_gqa=False,
+                    block_size=256, fused=None):
+    """Blockwise online-softmax attention: the same result as scaled_dot_product_attention, O(N) memory.
+
+    Same arguments and mask conventions as scaled_dot_product_attention (boolean True = may attend, a float mask is
+    added, is_causal top-left aligned). block_size need not divide the lengths. A float mask gets no gradient here;
+    use scaled_dot_product_attention for a learned bias.
+
+    fused picks the implementation on the GPU: the CUDA kernels of flash_kernel.py (True; an error says why when
+    they cannot run these inputs), the array code above (False), or the kernels whenever they can and the reference
+    path is not on (None: float32 CUDA tensors, no attn_mask, one head size, a multiple of 4 up to 128).
+    """
+    check_mask_choice(attn_mask, is_causal)
+    if isinstance(attn_mask, Tensor):
+        if attn_mask.requires_grad:
+            raise ValueError("flash_attention does not differentiate a float attn_mask; use "
+                             "scaled_dot_product_attention for a learned bias")
+        attn_mask = attn_mask.data
+    if block_size < 1:
+        raise ValueError(f"block_size must be positive, got {block_size}")
+    scale = default_scale(query, scale)
+    if fused or (fused is None and not twins.reference_enabled()):
+        reason = flash_kernel.unsupported(query, key, value, attn_mask)
+        if reason is None:
+            groups = group_size(query.shape, key.shape, value.shape, enable_gqa)
+            return flash_kernel.FusedFlashAttention.apply(query, key, value, scale, bool(is_causal), groups)
+        if fused:
+            raise ValueError(f"the fused flash-attention kernels cannot run this: {reason}")
+    return twins.implementation("flash_attention").apply(query, key, value, attn_mask, scale, bool(is_causal),
+                                                          enable_gqa, int(block_size))

@@ -1,0 +1,116 @@
+"""Losses: cross-entropy (a fused Function with its reference twin) and the mean squared error."""
+from .. import cpu, ops
+from ..backend import xp_of
+from ..tensor import Function, as_array
+from . import twins
+from .softmax import log_softmax_array, log_softmax_last
+
+
+def _reduce(losses, valid_count, reduction):
+    """The per-row losses summed, averaged over the rows that count (0 when none does, not 0/0), or as they are."""
+    if reduction == "none":
+        return losses
+    total = losses.sum()
+    return total / xp_of(losses).maximum(valid_count, 1) if reduction == "mean" else total
+
+
+def _upstream(grad, valid_count, reduction):
+    """What d(loss)/d(row loss) is for each row: the incoming gradient, divided by the count for the mean."""
+    if reduction == "none":
+        return grad[:, None]
+    return grad / xp_of(grad).maximum(valid_count, 1) if reduction == "mean" else grad
+
+
+class ReferenceCrossEntropy(Function):
+    """Row i: loss_i = -(1 - eps) log p_i[t_i] - eps * mean_c log p_i[c], with p_i = softmax(logits_i) and eps the
+    label smoothing; rows whose target is ignore_index count for nothing.
+
+    Backward: d loss_i / d logits_i = p_i - (1 - eps) onehot(t_i) - eps / C, zero for ignored rows.
+    """
+
+    @staticmethod
+    def forward(ctx, logits, target, ignore_index, reduction, label_smoothing):
+        xp = xp_of(logits)
+        log_p = log_softmax_array(logits, -1)
+        valid = target != ignore_index
+        target = xp.where(valid, target, 0)
+        picked = log_p[xp.arange(len(target)), target]
+        losses = -(1 - label_smoothing) * picked - label_smoothing * log_p.mean(axis=-1)
+        losses = xp.where(valid, losses, xp.zeros((), dtype=logits.dtype))
+        count = valid.sum(dtype=logits.dtype)
+        ctx.save_for_backward(log_p, target, valid, count)
+        ctx.reduction, ctx.label_smoothing = reduction, label_smoothing
+        return _reduce(losses, count, reduction)
+
+    @staticmethod
+    def backward(ctx, grad):
+        log_p, target, valid, count = ctx.saved_tensors
+        xp = xp_of(log_p)
+        eps, classes = ctx.label_smoothing, log_p.shape[-1]
+        onehot = (xp.arange(classes) == target[:, None]).astype(log_p.dtype)
+        grad_logits = xp.exp(log_p) - (1 - eps) * onehot - eps / classes
+        grad_logits = grad_logits * valid[:, None] * _upstream(grad, count, ctx.reduction)
+        return grad_logits, None, None, None, None
+
+
+@cpu.tuned
+class FastCrossEntropy(Function):
+    """The same loss; its gradient built in place in one (N, C) array."""
+
+    @staticmethod
+    def forward(ctx, logits, target, ignore_index, reduction, label_smoothing):
+        xp = xp_of(logits)
+        log_p = log_softmax_last(logits)
+        valid = target != ignore_index
+        target = xp.where(valid, target, 0)
+        losses = -log_p[xp.arange(len(target)), target]
+        if label_smoothing:
+            losses *= 1 - label_smoothing
+            losses -= label_smoothing / log_p.shape[-1] * cpu.last_axis_sum(log_p)[:, 0]
+        losses *= valid
+        count = valid.sum(dtype=logits.dtype)
+        ctx.save_for_backward(log_p, target, valid, count)
+        ctx.reduction, ctx.label_smoothing = reduction, label_smoothing
+        return _reduce(losses, count, reduction)
+
+    @staticmethod
+    def backward(ctx, grad):
+        log_p, target, valid, count = ctx.saved_tensors
+        xp = xp_of(log_p)
+        grad_logits = xp.exp(log_p)
+        grad_logits[xp.arange(len(target)), target] -= 1 - ctx.label_smoothing
+        if ctx.label_smoothing:
+            grad_logits -= ctx.label_smoothing / log_p.shape[-1]
+        grad_logits *= valid[:, None]
+        grad_logits *= _upstream(grad, count, ctx.reduction)
+        return grad_logits, None, None, None, None
+
+
+twins.register("cross_entropy", FastCrossEntropy, ReferenceCrossEntropy)
+
+
+def cross_entropy(input, target, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+    """PyTorch's F.cross_entropy for class-index targets: input (N, C) or (N, C, d1, ...), target (N, d1, ...)."""
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    target_data = as_array(target)
+    if target_data.dtype.kind not in "iu":
+        raise TypeError(f"cross_entropy needs integer class targets, got dtype {target_data.dtype}")
+    extra_shape = ()
+    if input.ndim == 1:
+        input, target_data = ops.unsqueeze(input, 0), target_data.reshape(1)
+    elif input.ndim > 2:
+        extra_shape = (input.shape[0],) + input.shape[2:]
+        input = ops.reshape(ops.permute(input, (0,) + tuple(range(2, input.ndim)) + (1,)), (-1, input.shape[1]))
+        target_data = target_data.reshape(-1)
+    if target_data.shape != input.shape[:1]:
+        raise ValueError(f"cross_entropy: target shape {tuple(target.shape)} does not match input shape "
+                         f"{tuple(input.shape)}")
+    loss = twins.implementation("cross_entropy").apply(input, target_data, ignore_index, reduction,
+                                                        float(label_smoothing))
+    return ops.reshape(loss, extra_shape) if reduction == "none" and extra_shape else loss
+
+
+def mse_loss(input, target, reduction="mean"):
+    squared = (input - target) ** 2
+    return {"mean": ops.mean, "sum": ops.sum, "none": lambda x: x}[reduction](squared)
