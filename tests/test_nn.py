@@ -172,6 +172,33 @@ def test_sequence_gru_equals_stepping_the_cell():
     np.testing.assert_allclose(host(out[:, 0, 4:]), host(h_n[1]), rtol=1e-12)   # reverse ends at t = 0
 
 
+@pytest.mark.parametrize("kind, batch_first", [("GRU", True), ("LSTM", False)])
+def test_packed_padded_batch_equals_each_sequence_alone(kind, batch_first):
+    """pack_padded_sequence: every sequence of a padded batch gives what it gives alone, in both directions, and
+    h_n is each sequence's state at its own last step; pad_packed_sequence zeros the padding."""
+    layer = getattr(nn, kind)(3, 4, num_layers=2, batch_first=batch_first, bidirectional=True).double()
+    lengths = [5, 2, 4]
+    x = randn(3, 5, 3)
+    padded = x if batch_first else x.transpose(0, 1)
+    out, h_n = layer(nn.utils.rnn.pack_padded_sequence(padded, ta.tensor(lengths), batch_first=batch_first,
+                                                       enforce_sorted=False))
+    out, got_lengths = nn.utils.rnn.pad_packed_sequence(out, batch_first=True)
+    h_n = h_n[0] if kind == "LSTM" else h_n
+    assert host(got_lengths).tolist() == lengths and out.shape == (3, 5, 8)
+    for b, n in enumerate(lengths):
+        alone = x[b:b + 1, :n] if batch_first else x[b:b + 1, :n].transpose(0, 1)
+        out_alone, h_alone = layer(alone)
+        out_alone = out_alone if batch_first else out_alone.transpose(0, 1)
+        h_alone = h_alone[0] if kind == "LSTM" else h_alone
+        np.testing.assert_allclose(host(out[b, :n]), host(out_alone[0]), rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(host(h_n[:, b]), host(h_alone[:, 0]), rtol=1e-12, atol=1e-14)
+        assert (host(out[b, n:]) == 0).all()
+    with pytest.raises(ValueError, match="sorted longest first"):
+        nn.utils.rnn.pack_padded_sequence(x, ta.tensor(lengths), batch_first=True)
+    with pytest.raises(ValueError, match="one length in 1..5"):
+        nn.utils.rnn.pack_padded_sequence(x, ta.tensor([5, 0, 3]), batch_first=True, enforce_sorted=False)
+
+
 def test_conv2d_matches_direct_loops():
     conv = nn.Conv2d(2, 3, (3, 2), stride=(2, 1), padding=1).double()
     x = randn(2, 2, 5, 4)

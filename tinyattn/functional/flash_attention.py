@@ -62,7 +62,7 @@ class ReferenceFlashAttention(Function):
         q, k, v, mask, groups = group_heads(q, k, v, mask, enable_gqa)
         batch = xp.broadcast_shapes(q.shape[:-2], k.shape[:-2])
         out = xp.zeros(batch + (q.shape[-2], v.shape[-1]), dtype=q.dtype)
-        lse = xp.zeros(batch + (q.shape[-2], 1), dtype=q.dtype)
+        L = xp.zeros(batch + (q.shape[-2], 1), dtype=q.dtype)
         zero, inf = xp.zeros((), dtype=q.dtype), xp.asarray(xp.inf, dtype=q.dtype)
         for rows in _blocks(q.shape[-2], block_size):
             m = xp.full(batch + (rows.stop - rows.start, 1), -xp.inf, dtype=q.dtype)
@@ -81,18 +81,18 @@ class ReferenceFlashAttention(Function):
                 m = m_new
             empty = l == 0
             out[..., rows, :] = xp.where(empty, zero, acc / xp.where(empty, 1, l))
-            lse[..., rows, :] = xp.where(empty, inf, m + xp.log(xp.where(empty, 1, l)))
-        ctx.save_for_backward(q, k, v, out, lse, mask)
+            L[..., rows, :] = xp.where(empty, inf, m + xp.log(xp.where(empty, 1, l)))
+        ctx.save_for_backward(q, k, v, out, L, mask)
         ctx.options = (scale, is_causal, block_size, groups)
         return merge_heads(out, groups)
 
     @staticmethod
     def backward(ctx, grad):
-        q, k, v, out, lse, mask = ctx.saved_tensors
+        q, k, v, out, L, mask = ctx.saved_tensors
         scale, is_causal, block_size, groups = ctx.options
         xp = xp_of(grad)
         grad = split_heads(grad, groups)
-        d = (grad * out).sum(axis=-1, keepdims=True)
+        D = (grad * out).sum(axis=-1, keepdims=True)
         grad_q = xp.zeros(out.shape[:-1] + q.shape[-1:], dtype=q.dtype)
         grad_k = xp.zeros(out.shape[:-2] + k.shape[-2:], dtype=q.dtype)
         grad_v = xp.zeros(out.shape[:-2] + v.shape[-2:], dtype=q.dtype)
@@ -101,10 +101,10 @@ class ReferenceFlashAttention(Function):
                 if not _visible(rows, cols, is_causal):
                     continue
                 s = _scores(q[..., rows, :], k[..., cols, :], scale, _block_bias(mask, rows, cols, is_causal, q))
-                p = xp.exp(s - lse[..., rows, :])
+                p = xp.exp(s - L[..., rows, :])
                 grad_v[..., cols, :] += xp.swapaxes(p, -1, -2) @ grad[..., rows, :]
                 dp = grad[..., rows, :] @ xp.swapaxes(v[..., cols, :], -1, -2)
-                ds = p * (dp - d[..., rows, :])
+                ds = p * (dp - D[..., rows, :])
                 grad_q[..., rows, :] += scale * (ds @ k[..., cols, :])
                 grad_k[..., cols, :] += scale * (xp.swapaxes(ds, -1, -2) @ q[..., rows, :])
         return (merge_heads(grad_q, groups), ungroup_grad(grad_k, groups), ungroup_grad(grad_v, groups),

@@ -26,45 +26,24 @@ class Seq2SeqConfig:
     eos_id: int = 2
 
 
-def source_lengths(src, pad_id):
-    """Real (non-pad) length of each right-padded source row."""
-    return (src != pad_id).sum(axis=1)
-
-
-def reverse_within_length(x, lengths):
-    """Flip each row's first lengths[b] steps and leave the padding where it is: (B, T, ...) -> (B, T, ...).
-
-    Running a forward GRU over the flipped rows, then flipping back, gives the backward half of a bidirectional
-    encoder that never reads padding first.
-    """
-    xp = backend.xp_of(x.data)
-    steps = xp.arange(x.shape[1])[None, :]
-    index = xp.where(steps < lengths[:, None], lengths[:, None] - 1 - steps, steps)     # (B, T)
-    return x[xp.arange(x.shape[0])[:, None], index]
-
-
 class Encoder(nn.Module):
-    """Embedding + GRU over a right-padded source; bidirectional=True adds a GRU over each reversed sentence."""
+    """Embedding + GRU over a right-padded source; bidirectional=True adds a GRU that reads each sentence backwards
+    from its own last word (PyTorch's pack_padded_sequence idiom: the padding is never read)."""
 
     def __init__(self, vocab, embed_dim, hidden, pad_id, bidirectional):
         super().__init__()
         self.embed = nn.Embedding(vocab, embed_dim, padding_idx=pad_id)
-        self.forward_rnn = nn.GRU(embed_dim, hidden, batch_first=True)
-        self.backward_rnn = nn.GRU(embed_dim, hidden, batch_first=True) if bidirectional else None
+        self.rnn = nn.GRU(embed_dim, hidden, batch_first=True, bidirectional=bidirectional)
         self.pad_id = pad_id
 
     def forward(self, src):
         """Returns annotations (B, S, H or 2H) and each sentence's final forward state (B, H)."""
         src = as_array(src)
-        lengths = source_lengths(src, self.pad_id)
-        xp = backend.xp_of(src)
-        x = self.embed(src)
-        outputs, _ = self.forward_rnn(x)
-        final = outputs[xp.arange(src.shape[0]), lengths - 1]   # the state after the last real token
-        if self.backward_rnn is not None:
-            backward, _ = self.backward_rnn(reverse_within_length(x, lengths))
-            outputs = ops.cat([outputs, reverse_within_length(backward, lengths)], dim=-1)
-        return outputs, final
+        lengths = (src != self.pad_id).sum(axis=1)
+        packed = nn.utils.rnn.pack_padded_sequence(self.embed(src), lengths, batch_first=True, enforce_sorted=False)
+        outputs, finals = self.rnn(packed)
+        outputs, _ = nn.utils.rnn.pad_packed_sequence(outputs, batch_first=True, total_length=src.shape[1])
+        return outputs, finals[0]          # the forward direction's state after each sentence's last real word
 
 
 class Seq2Seq(nn.Module):

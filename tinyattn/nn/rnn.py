@@ -3,13 +3,59 @@
 weight_ih is (G*H, input_size) and weight_hh is (G*H, hidden_size), with the G gates stacked in PyTorch's order:
 GRU r, z, n; LSTM i, f, g, o. Weights copied from PyTorch therefore give the same outputs.
 The sequence layers project the whole input sequence in one matmul and loop in Python only over time steps.
+A batch of right-padded sequences goes in as pack_padded_sequence(x, lengths) (as in PyTorch): each sequence then
+stops at its own length, and the reverse direction of a bidirectional layer starts at its last real step.
 """
-from .. import functional as F
+from collections import namedtuple
+
+from .. import backend, functional as F
 from .. import ops
 from ..creation import zeros
+from ..tensor import Tensor, as_array
 from .module import Module
 from .layers import _parameter
 from . import init
+
+
+class PackedSequence(namedtuple("PackedSequence", ["padded", "lengths", "batch_first"])):
+    """A batch of right-padded sequences and each one's length. Unlike PyTorch's, it keeps the padded layout (so no
+    .data / .batch_sizes of the packed one); pack_padded_sequence, pad_packed_sequence and the RNN layers take it."""
+
+
+def pack_padded_sequence(input, lengths, batch_first=False, enforce_sorted=True):
+    """Mark a padded batch (T, B, *) or (B, T, *) with the real length of each sequence, as torch.nn.utils.rnn."""
+    lengths = backend.to_host(as_array(lengths)).astype(backend.int64).reshape(-1)
+    batch, steps = (input.shape[0], input.shape[1]) if batch_first else (input.shape[1], input.shape[0])
+    if lengths.shape != (batch,) or lengths.min(initial=1) < 1 or lengths.max(initial=0) > steps:
+        raise ValueError(f"lengths {lengths.tolist()} must give one length in 1..{steps} for each of the {batch} "
+                         f"sequences of an input of shape {input.shape}")
+    if enforce_sorted and (lengths[:-1] < lengths[1:]).any():
+        raise ValueError("lengths must be sorted longest first, or pass enforce_sorted=False")
+    return PackedSequence(input, lengths, batch_first)
+
+
+def pad_packed_sequence(sequence, batch_first=False, padding_value=0.0, total_length=None):
+    """(padded output, lengths) of an RNN's packed output, positions past each length set to padding_value."""
+    x = sequence.padded if sequence.batch_first == batch_first else sequence.padded.transpose(0, 1)
+    steps = backend.numpy.arange(x.shape[1 if batch_first else 0])
+    past_end = steps[None, :] >= sequence.lengths[:, None]                                 # (B, T)
+    past_end = past_end if batch_first else past_end.T
+    xp = backend.xp_of(x.data)
+    x = ops.masked_fill(x, xp.asarray(past_end.reshape(past_end.shape + (1,) * (x.ndim - 2))), padding_value)
+    if total_length is not None and total_length > x.shape[1 if batch_first else 0]:
+        extra = list(x.shape)
+        extra[1 if batch_first else 0] = total_length - x.shape[1 if batch_first else 0]
+        x = ops.cat([x, Tensor(xp.full(tuple(extra), padding_value, dtype=x.dtype))], dim=1 if batch_first else 0)
+    return x, Tensor(sequence.lengths)
+
+
+def reverse_within_length(x, lengths):
+    """Flip each sequence's first lengths[b] steps of x (B, T, ...) and leave its padding where it is."""
+    xp = backend.xp_of(x.data)
+    lengths = xp.asarray(lengths)
+    steps = xp.arange(x.shape[1])[None, :]
+    index = xp.where(steps < lengths[:, None], lengths[:, None] - 1 - steps, steps)     # (B, T)
+    return x[xp.arange(x.shape[0])[:, None], index]
 
 GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
 
@@ -123,16 +169,27 @@ class _Recurrent(Module):
         get = lambda name: self._parameters.get(f"{name}_l{layer}{suffix}")
         return get("weight_ih"), get("weight_hh"), get("bias_ih"), get("bias_hh")
 
-    def _run_direction(self, x, state, layer, suffix):
-        """One layer in one direction over x (B, T, In); returns outputs (B, T, H) and the final state."""
+    def _run_direction(self, x, state, layer, suffix, lengths):
+        """One layer in one direction over x (B, T, In); returns outputs (B, T, H) and the final state. With lengths,
+        a sequence's state stops changing past its length, and the reverse direction reads each sequence from its
+        own last step (reversed within its length, run forwards, flipped back)."""
         w_ih, w_hh, b_ih, b_hh = self._weights(layer, suffix)
+        if suffix and lengths is not None:
+            x = reverse_within_length(x, lengths)
         projected = F.linear(x, w_ih, b_ih)                   # every time step's input projection at once
-        steps = range(x.shape[1] - 1, -1, -1) if suffix else range(x.shape[1])
+        steps = range(x.shape[1] - 1, -1, -1) if suffix and lengths is None else range(x.shape[1])
+        xp = backend.xp_of(x.data)
         outputs = [None] * x.shape[1]
         for t in steps:
-            state = self._step(projected[:, t], state, w_hh, b_hh)
+            new = self._step(projected[:, t], state, w_hh, b_hh)
+            if lengths is not None:                            # past its end, a sequence keeps its last state
+                running = xp.asarray(t < lengths)[:, None]
+                new = tuple(ops.where(running, n, s) for n, s in zip(new, state)) if self.kind == "LSTM" else \
+                    ops.where(running, new, state)
+            state = new
             outputs[t] = state[0] if self.kind == "LSTM" else state
-        return ops.stack(outputs, dim=1), state
+        out = ops.stack(outputs, dim=1)
+        return (reverse_within_length(out, lengths) if suffix and lengths is not None else out), state
 
     def _step(self, x_proj, state, w_hh, b_hh):
         if self.kind == "GRU":
@@ -142,8 +199,13 @@ class _Recurrent(Module):
         return rnn_step(x_proj, state, w_hh, b_hh, self.nonlinearity)
 
     def forward(self, x, hx=None):
-        """x (B, T, In) if batch_first else (T, B, In). Returns (output, h_n), h_n of shape (layers*dirs, B, H);
-        for LSTM, hx and the second result are (h, c) pairs."""
+        """x (B, T, In) if batch_first else (T, B, In), or a PackedSequence of them. Returns (output, h_n), h_n of
+        shape (layers*dirs, B, H) (each sequence's state at its own last step); output is packed when x was. For
+        LSTM, hx and the second result are (h, c) pairs."""
+        packed = isinstance(x, PackedSequence)
+        lengths = x.lengths if packed else None
+        if packed:
+            x = x.padded if x.batch_first == self.batch_first else x.padded.transpose(0, 1)
         if x.ndim != 3 or x.shape[-1] != self.input_size:
             raise ValueError(f"{type(self).__name__} expects a 3-D input with last dim {self.input_size}, "
                              f"got shape {x.shape}")
@@ -161,7 +223,7 @@ class _Recurrent(Module):
             for d, suffix in enumerate(("", "_reverse")[:directions]):
                 index = layer * directions + d
                 state = (h0[index], c0[index]) if self.kind == "LSTM" else h0[index]
-                out, state = self._run_direction(x, state, layer, suffix)
+                out, state = self._run_direction(x, state, layer, suffix, lengths)
                 outs.append(out)
                 finals_h.append(state[0] if self.kind == "LSTM" else state)
                 if self.kind == "LSTM":
@@ -170,6 +232,8 @@ class _Recurrent(Module):
             if self.dropout and layer < self.num_layers - 1:
                 x = F.dropout(x, self.dropout, self.training)
         output = x if self.batch_first else x.transpose(0, 1)
+        if packed:
+            output = PackedSequence(output, lengths, self.batch_first)
         h_n = ops.stack(finals_h, dim=0)
         return (output, (h_n, ops.stack(finals_c, dim=0))) if self.kind == "LSTM" else (output, h_n)
 

@@ -1,0 +1,2 @@
+"""torch.nn.utils's names, where PyTorch code looks for them."""
+from . import rnn
