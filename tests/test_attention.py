@@ -302,5 +302,5 @@ def test_self_attention_in_a_cnn():
     block = nn.SelfAttention2d(6, num_heads=2).double()
     x = randn(2, 6, 3, 4)
     np.testing.assert_array_equal(host(block(x)), host(x))                  # gamma starts at 0: the identity
-    block.gamma.data[...] = 0.5
+    block.gamma.array[...] = 0.5
     assert ta.gradcheck(lambda x, *p: block(x), (x, *block.parameters()), full_jacobian=False)

@@ -215,8 +215,8 @@ def test_conv2d_matches_direct_loops():
 def test_patch_embed_equals_conv_with_kernel_equal_stride():
     patch = nn.PatchEmbed(img_size=8, patch_size=4, in_chans=3, embed_dim=5).double()
     conv = nn.Conv2d(3, 5, 4, stride=4).double()
-    conv.weight.data = patch.proj.weight.data.reshape(5, 3, 4, 4)
-    conv.bias.data = patch.proj.bias.data
+    conv.weight.array = patch.proj.weight.array.reshape(5, 3, 4, 4)
+    conv.bias.array = patch.proj.bias.array
     images = randn(2, 3, 8, 8)
     via_conv = conv(images).flatten(2).transpose(1, 2)          # (B, D, 2, 2) -> (B, 4, D)
     np.testing.assert_allclose(host(patch(images)), host(via_conv), rtol=1e-12)

@@ -153,7 +153,7 @@ def matmul_step(work, args):
     if work.framework == "torch":
         step = lambda: a @ b
     else:
-        step = lambda: a.data @ b.data
+        step = lambda: a.array @ b.array
     return step, {"approx_flops": 2 * args.n ** 3}
 
 

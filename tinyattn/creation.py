@@ -19,7 +19,7 @@ def tensor(data, requires_grad=False, dtype=None, device=None):
     Python floats become float32; NumPy arrays keep their dtype (float64 stays float64), as in PyTorch.
     """
     if isinstance(data, Tensor):
-        data = data.data
+        data = data.array
     if backend.is_cupy_array(data):
         device = device or "cuda"
         array = data.astype(dtype) if dtype is not None else data.copy()
@@ -58,11 +58,11 @@ def full(size, fill_value, dtype=None, device=None, requires_grad=False):
 
 
 def zeros_like(t, dtype=None):
-    return Tensor(backend.xp_of(t.data).zeros(t.shape, dtype=dtype or t.dtype))
+    return Tensor(backend.xp_of(t.array).zeros(t.shape, dtype=dtype or t.dtype))
 
 
 def ones_like(t, dtype=None):
-    return Tensor(backend.xp_of(t.data).ones(t.shape, dtype=dtype or t.dtype))
+    return Tensor(backend.xp_of(t.array).ones(t.shape, dtype=dtype or t.dtype))
 
 
 def arange(start, end=None, step=1, dtype=None, device=None):

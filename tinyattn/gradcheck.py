@@ -25,8 +25,8 @@ def _flat_output(fn, inputs):
     from .tensor import no_grad
     with no_grad():
         outs = _outputs(fn, inputs)
-    xp = backend.xp_of(outs[0].data)
-    return xp.concatenate([o.data.reshape(-1) for o in outs])
+    xp = backend.xp_of(outs[0].array)
+    return xp.concatenate([o.array.reshape(-1) for o in outs])
 
 
 def _backward_from(fn, inputs, weights):
@@ -45,7 +45,7 @@ def _backward_from(fn, inputs, weights):
     if total is not None:
         total.backward()
     xp = backend.xp_of(weights)
-    return [xp.zeros(t.shape) if t.grad is None else t.grad.data for t in inputs if _checked(t)]
+    return [xp.zeros(t.shape) if t.grad is None else t.grad.array for t in inputs if _checked(t)]
 
 
 def _checked(t):
@@ -78,7 +78,7 @@ def gradcheck(fn, inputs, eps=1e-6, atol=1e-5, rtol=1e-3, full_jacobian=None, di
             raise TypeError(f"gradcheck needs float64 inputs (float32 rounding swamps finite differences); "
                             f"input {i} of shape {t.shape} is {t.dtype}: use tensor.double()")
     names = {id(t): f"input {i} {t.shape}" for i, t in enumerate(inputs) if _checked(t)}
-    xp = backend.xp_of(checked[0].data)
+    xp = backend.xp_of(checked[0].array)
     out_size = int(_flat_output(fn, inputs).size)
     if full_jacobian is None:
         full_jacobian = out_size <= max_full_size and all(t.numel() <= max_full_size for t in checked)
@@ -86,12 +86,12 @@ def gradcheck(fn, inputs, eps=1e-6, atol=1e-5, rtol=1e-3, full_jacobian=None, di
 
     def numerical_along(t, direction):
         """d/ds fn(x + s * direction) at s = 0 by central differences, for input t."""
-        original = t.data.copy()
-        t.data = original + eps * direction
+        original = t.array.copy()
+        t.array = original + eps * direction
         plus = _flat_output(fn, inputs)
-        t.data = original - eps * direction
+        t.array = original - eps * direction
         minus = _flat_output(fn, inputs)
-        t.data = original
+        t.array = original
         return (plus - minus) / (2 * eps)
 
     if full_jacobian:

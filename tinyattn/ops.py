@@ -421,7 +421,7 @@ def _raw_index(index, xp):
     """Tensors and lists inside an index become arrays of the indexed tensor's module."""
     def raw(part):
         if isinstance(part, Tensor):
-            return part.data
+            return part.array
         if isinstance(part, list):
             return xp.asarray(part)
         return part
@@ -642,8 +642,8 @@ class _ValuesIndices(tuple):
 def _extreme(x, dim, keepdim, largest):
     if dim is None:
         return MaxOrMin.apply(x, largest=largest)
-    xp = xp_of(x.data)
-    indices = (xp.argmax if largest else xp.argmin)(x.data, axis=dim)
+    xp = xp_of(x.array)
+    indices = (xp.argmax if largest else xp.argmin)(x.array, axis=dim)
     values = TakeAlongDim.apply(x, indices, dim, keepdim=keepdim)
     return _ValuesIndices((values, Tensor(xp.expand_dims(indices, dim) if keepdim else indices)))
 
@@ -657,10 +657,10 @@ def min(x, dim=None, keepdim=False):
 
 
 def argmax(x, dim=None, keepdim=False):
-    xp = xp_of(x.data)
+    xp = xp_of(x.array)
     if dim is None:
-        return Tensor(xp.argmax(x.data))
-    out = xp.argmax(x.data, axis=dim)
+        return Tensor(xp.argmax(x.array))
+    out = xp.argmax(x.array, axis=dim)
     return Tensor(xp.expand_dims(out, dim) if keepdim else out)
 
 
@@ -720,7 +720,7 @@ def contiguous(x):
 
 
 def getitem(x, index):
-    return GetItem.apply(x, _raw_index(index, xp_of(x.data)))
+    return GetItem.apply(x, _raw_index(index, xp_of(x.array)))
 
 
 def cat(tensors, dim=0):
@@ -797,7 +797,7 @@ def index_add(x, dim, index, source):
 
 def _triangle(x, keep):
     """x with zeros outside the triangle that keep marks in its last two dims."""
-    return MaskedFill.apply(x, ~keep(xp_of(x.data).ones(x.shape[-2:], dtype=bool)), 0.0)
+    return MaskedFill.apply(x, ~keep(xp_of(x.array).ones(x.shape[-2:], dtype=bool)), 0.0)
 
 
 def tril(x, diagonal=0):
@@ -825,15 +825,15 @@ def to(x, *args, dtype=None, device=None):
     dtype, device = to_args(args, dtype, device)
     if device is not None and device.split(":")[0] != x.device:
         x = ToDevice.apply(x, device.split(":")[0])
-    if dtype is not None and xp_of(x.data).dtype(dtype) != x.dtype:
-        x = Cast.apply(x, xp_of(x.data).dtype(dtype))
+    if dtype is not None and xp_of(x.array).dtype(dtype) != x.dtype:
+        x = Cast.apply(x, xp_of(x.array).dtype(dtype))
     return x
 
 
 def _compare(op):
     def compare(a, b):
         b = as_array(b)
-        return Tensor(op(a.data, b))
+        return Tensor(op(a.array, b))
     return compare
 
 
@@ -861,7 +861,7 @@ def _install_methods():
         "contiguous": contiguous, "masked_fill": masked_fill, "repeat_interleave": repeat_interleave,
         "split": split, "chunk": chunk, "index_add": index_add, "roll": roll, "tril": tril, "triu": triu, "to": to,
         "float": lambda self: to(self, "float32"), "double": lambda self: to(self, "float64"),
-        "long": lambda self: Tensor(self.data.astype("int64")), "bool": lambda self: Tensor(self.data.astype(bool)),
+        "long": lambda self: Tensor(self.array.astype("int64")), "bool": lambda self: Tensor(self.array.astype(bool)),
         "cpu": lambda self: to(self, "cpu"), "cuda": lambda self: to(self, "cuda"),
         "__bool__": lambda self: builtins.bool(self.item()),
         "__hash__": object.__hash__,

@@ -1,6 +1,6 @@
 """Optimisers, gradient clipping and learning-rate schedules, with PyTorch's update rules and names.
 
-Updates change parameter arrays in place (p.data), outside the graph. Hyper-parameters live in param_groups
+Updates change parameter arrays in place (p.array), outside the graph. Hyper-parameters live in param_groups
 (a list of dicts), so a schedule or a per-group weight decay works as it does in PyTorch.
 """
 import math
@@ -23,13 +23,13 @@ class Optimizer:
                 if set_to_none or p.grad is None:
                     p.grad = None
                 else:
-                    p.grad.data[...] = 0
+                    p.grad.array[...] = 0
 
     def _with_grads(self):
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is not None:
-                    yield group, p, p.grad.data
+                    yield group, p, p.grad.array
 
     def step(self):
         raise NotImplementedError
@@ -44,13 +44,13 @@ class SGD(Optimizer):
     def step(self):
         for group, p, g in self._with_grads():
             if group["weight_decay"]:
-                g = g + group["weight_decay"] * p.data
+                g = g + group["weight_decay"] * p.array
             if group["momentum"]:
                 buf = self.state.get(id(p))
                 buf = g.copy() if buf is None else buf * group["momentum"] + g
                 self.state[id(p)] = buf
                 g = g + group["momentum"] * buf if group["nesterov"] else buf
-            p.data -= group["lr"] * g
+            p.array -= group["lr"] * g
 
 
 class Adam(Optimizer):
@@ -65,18 +65,18 @@ class Adam(Optimizer):
         updates = list(self._with_grads())
         for group, p, g in updates:   # state is created here, not in the threads below
             if id(p) not in self.state:
-                xp = backend.xp_of(p.data)
-                self.state[id(p)] = {"step": 0, "m": xp.zeros_like(p.data), "v": xp.zeros_like(p.data)}
+                xp = backend.xp_of(p.array)
+                self.state[id(p)] = {"step": 0, "m": xp.zeros_like(p.array), "v": xp.zeros_like(p.array)}
         # Each parameter's update is independent: the CPU threads share them.
         cpu.for_each_part(lambda update: self._update(*update), updates)
 
     def _update(self, group, p, g):
         lr, (beta1, beta2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
-        xp = backend.xp_of(p.data)
+        xp = backend.xp_of(p.array)
         if wd and self.decoupled:
-            p.data *= 1 - lr * wd           # AdamW: shrink the weight directly, outside the moments
+            p.array *= 1 - lr * wd           # AdamW: shrink the weight directly, outside the moments
         elif wd:
-            g = g + wd * p.data
+            g = g + wd * p.array
         state = self.state[id(p)]
         state["step"] += 1
         m, v, t = state["m"], state["v"], state["step"]
@@ -90,7 +90,7 @@ class Adam(Optimizer):
         update += eps
         xp.divide(m, update, out=update)
         update *= lr / (1 - beta1 ** t)
-        p.data -= update
+        p.array -= update
 
 
 class AdamW(Adam):
@@ -108,7 +108,7 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0):
     The scale is min(1, max_norm / (norm + 1e-6)) applied always, so there is no host sync to decide whether to clip.
     """
     from .tensor import Tensor
-    grads = [p.grad.data for p in parameters if p.grad is not None]
+    grads = [p.grad.array for p in parameters if p.grad is not None]
     if not grads:
         return Tensor(backend.numpy.zeros((), dtype=backend.float32))
     xp = backend.xp_of(grads[0])

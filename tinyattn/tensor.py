@@ -1,6 +1,6 @@
 """The autograd engine: Tensor, Function, the context a Function saves into, and the backward walk.
 
-A Tensor wraps one backend array (numpy or cupy). Calling a Function on Tensors runs its ``forward`` on the raw
+A Tensor wraps one backend array (numpy or cupy), its ``.array``. Calling a Function on Tensors runs its ``forward`` on the raw
 arrays and, when a gradient is wanted, records a Node: which Function ran, its context, and its inputs.
 ``Tensor.backward`` then walks those nodes from the output back to the leaves, in topological order, without
 recursion. Operators and methods such as ``a + b`` or ``x.sum(dim=1)`` are attached by ``tinyattn.ops``.
@@ -95,7 +95,7 @@ class Tensor:
     __array_priority__ = 1000  # numpy_array + tensor defers to Tensor.__radd__
 
     def __init__(self, data, requires_grad=False):
-        self.data = data
+        self.array = data
         self.grad = None
         self._node = None
         self._retains_grad = False
@@ -103,13 +103,22 @@ class Tensor:
 
     # -- attributes ---------------------------------------------------------------------------
     @property
+    def data(self):
+        """The same values as a tensor outside the graph, sharing memory (PyTorch's .data); .array is the raw array."""
+        return Tensor(self.array)
+
+    @data.setter
+    def data(self, value):
+        self.array = as_array(value)
+
+    @property
     def requires_grad(self):
         return self._requires_grad
 
     @requires_grad.setter
     def requires_grad(self, flag):
-        if flag and not _is_float(self.data.dtype):
-            raise RuntimeError(f"only floating-point tensors can require gradients, got dtype {self.data.dtype}")
+        if flag and not _is_float(self.array.dtype):
+            raise RuntimeError(f"only floating-point tensors can require gradients, got dtype {self.array.dtype}")
         self._requires_grad = bool(flag)
 
     def requires_grad_(self, flag=True):
@@ -118,19 +127,19 @@ class Tensor:
 
     @property
     def shape(self):
-        return tuple(self.data.shape)
+        return tuple(self.array.shape)
 
     @property
     def dtype(self):
-        return self.data.dtype
+        return self.array.dtype
 
     @property
     def device(self):
-        return backend.device_of(self.data)
+        return backend.device_of(self.array)
 
     @property
     def ndim(self):
-        return self.data.ndim
+        return self.array.ndim
 
     @property
     def is_leaf(self):
@@ -141,13 +150,13 @@ class Tensor:
         return None if self._node is None else self._node.function
 
     def dim(self):
-        return self.data.ndim
+        return self.array.ndim
 
     def size(self, dim=None):
         return self.shape if dim is None else self.shape[dim]
 
     def numel(self):
-        return int(self.data.size)
+        return int(self.array.size)
 
     def __len__(self):
         return self.shape[0]
@@ -164,19 +173,19 @@ class Tensor:
     # -- leaving the graph or the device ------------------------------------------------------
     def numpy(self):
         """A host NumPy copy of the data (transfers from the GPU)."""
-        return backend.to_host(self.data).copy()
+        return backend.to_host(self.array).copy()
 
     def item(self):
-        if self.data.size != 1:
+        if self.array.size != 1:
             raise ValueError(f"item() needs a tensor with one element, got shape {self.shape}")
-        return self.data.reshape(()).item()
+        return self.array.reshape(()).item()
 
     def tolist(self):
-        return backend.to_host(self.data).tolist()
+        return backend.to_host(self.array).tolist()
 
     def detach(self):
         """The same data, cut from the graph."""
-        return Tensor(self.data)
+        return Tensor(self.array)
 
     def retain_grad(self):
         """Keep .grad on this non-leaf tensor after backward (leaves always keep theirs)."""
@@ -209,7 +218,7 @@ class Tensor:
         if self.grad is None:
             self.grad = Tensor(grad.copy())  # a copy: optimisers may change .grad in place
         else:
-            self.grad.data = self.grad.data + grad
+            self.grad.array = self.grad.array + grad
 
 
 def _output_gradient(output, gradient):
@@ -217,9 +226,9 @@ def _output_gradient(output, gradient):
     if not output.requires_grad:
         raise RuntimeError("backward() on a tensor that does not require grad (and has no grad_fn)")
     if gradient is None:
-        if output.data.size != 1:
+        if output.array.size != 1:
             raise RuntimeError(f"backward() without a gradient needs a one-element output, got shape {output.shape}")
-        return backend.xp_of(output.data).ones_like(output.data)
+        return backend.xp_of(output.array).ones_like(output.array)
     gradient = as_array(gradient)
     if tuple(gradient.shape) != output.shape:
         raise RuntimeError(f"gradient shape {tuple(gradient.shape)} does not match output shape {output.shape}")
@@ -307,14 +316,14 @@ def _check_one_device(function, args):
 
 def as_array(x):
     """The raw array of a Tensor; anything else (an array, a mask, ids, a number) as it is."""
-    return x.data if isinstance(x, Tensor) else x
+    return x.array if isinstance(x, Tensor) else x
 
 
 def as_tensor_like(value, like):
     """A Python number or array as a constant Tensor on the device (and, for numbers, dtype) of ``like``."""
     if isinstance(value, Tensor):
         return value
-    xp = backend.xp_of(like.data)
+    xp = backend.xp_of(like.array)
     if isinstance(value, (int, float, bool)):
         dtype = like.dtype if _is_float(like.dtype) or isinstance(value, (int, bool)) else backend.numpy.float32
         return Tensor(xp.asarray(value, dtype=dtype))

@@ -124,8 +124,8 @@ twins.register("scaled_dot_product_attention", FastScaledDotProductAttention, Re
 
 
 def _raw_mask(attn_mask, is_causal, query, key):
-    mask = attention_mask(attn_mask, is_causal, query.shape[-2], key.shape[-2], query.data)
-    return mask.data if isinstance(mask, Tensor) and mask.dtype == bool else mask
+    mask = attention_mask(attn_mask, is_causal, query.shape[-2], key.shape[-2], query.array)
+    return mask.array if isinstance(mask, Tensor) and mask.dtype == bool else mask
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
@@ -146,5 +146,5 @@ def attention_weights(query, key, attn_mask=None, is_causal=False, scale=None, e
     """The (..., Hq, L, S) softmax weights of scaled_dot_product_attention, for plots (no graph is recorded)."""
     mask = _raw_mask(attn_mask, is_causal, query, key)
     mask = as_array(mask)
-    q, k, _, mask, groups = group_heads(query.data, key.data, key.data, mask, enable_gqa)
+    q, k, _, mask, groups = group_heads(query.array, key.array, key.array, mask, enable_gqa)
     return Tensor(merge_heads(_probabilities(q, k, mask, default_scale(query, scale)), groups))

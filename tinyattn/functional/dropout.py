@@ -36,4 +36,4 @@ def dropout(input, p=0.5, training=True):
         return input
     if p == 1:
         return input * 0.0
-    return twins.implementation("dropout").apply(input, keep_mask(input.shape, p, input.data), 1.0 / (1.0 - p))
+    return twins.implementation("dropout").apply(input, keep_mask(input.shape, p, input.array), 1.0 / (1.0 - p))

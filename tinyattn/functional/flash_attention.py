@@ -226,7 +226,7 @@ def flash_attention(query, key, value, attn_mask=None, is_causal=False, scale=No
         if attn_mask.requires_grad:
             raise ValueError("flash_attention does not differentiate a float attn_mask; use "
                              "scaled_dot_product_attention for a learned bias")
-        attn_mask = attn_mask.data
+        attn_mask = attn_mask.array
     if block_size < 1:
         raise ValueError(f"block_size must be positive, got {block_size}")
     scale = default_scale(query, scale)

@@ -46,7 +46,7 @@ def unsupported(query, key, value, attn_mask):
                 f"{key.shape}, {value.shape}")
     if query.shape[-2] == 0 or key.shape[-2] == 0 or math.prod(query.shape[:-2]) > 65535:
         return f"it needs non-empty sequences and at most 65535 batch x heads, got {query.shape}, {key.shape}"
-    if not all(is_cupy_array(t.data) for t in (query, key, value)):
+    if not all(is_cupy_array(t.array) for t in (query, key, value)):
         return f"it needs CUDA tensors, got {query.device}, {key.device}, {value.device}"
     return None
 

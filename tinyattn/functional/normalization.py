@@ -175,5 +175,5 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
 def rms_norm(input, normalized_shape, weight=None, eps=None):
     """x / sqrt(mean(x^2) + eps) * weight; eps=None uses the dtype's machine epsilon, as PyTorch."""
     if eps is None:
-        eps = float(xp_of(input.data).finfo(input.dtype).eps)
+        eps = float(xp_of(input.array).finfo(input.dtype).eps)
     return twins.implementation("rms_norm").apply(input, weight, _n_features(input, normalized_shape), eps)

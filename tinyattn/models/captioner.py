@@ -57,7 +57,7 @@ class Captioner(nn.Module):
 
     def start(self, images):
         annotations = self.encode(images)
-        xp = backend.xp_of(annotations.data)
+        xp = backend.xp_of(annotations.array)
         return self.decoder.start(annotations, xp.ones(annotations.shape[:2], dtype=bool))
 
     def step(self, memory, prev_ids):

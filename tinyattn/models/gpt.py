@@ -116,7 +116,7 @@ class GPT(nn.Module):
                 logits = self(new_tokens, caches=caches)
             else:
                 logits = self(ids[:, -self.config.block_size:])
-            logits = logits.data[:, -1, :]
+            logits = logits.array[:, -1, :]
             if temperature == 0:
                 next_id = logits.argmax(axis=-1)[:, None]
             else:
@@ -124,7 +124,7 @@ class GPT(nn.Module):
                 if top_k is not None:
                     kth = xp.sort(logits, axis=-1)[:, -top_k][:, None]
                     logits = xp.where(logits < kth, -xp.inf, logits)
-                probs = F.softmax(Tensor(logits), dim=-1).data.astype(backend.float64)
+                probs = F.softmax(Tensor(logits), dim=-1).array.astype(backend.float64)
                 draws = backend.generator(backend.device_of(probs)).random((probs.shape[0], 1))
                 next_id = (probs.cumsum(axis=-1) < draws).sum(axis=-1, keepdims=True)
                 next_id = xp.minimum(next_id, probs.shape[-1] - 1)

@@ -154,7 +154,7 @@ def _greedy(model, src, max_len):
     ids, weights = [], []
     for _ in range(max_len):
         logits, step_weights = model.step(memory, prev)
-        prev = logits.data.argmax(axis=-1)
+        prev = logits.array.argmax(axis=-1)
         ids.append(prev)
         weights.append(step_weights)
     stacked = ops.stack(weights, dim=1) if weights[0] is not None else None

@@ -93,7 +93,7 @@ class Transformer(nn.Module):
         self.generator = nn.Linear(config.d_model, config.tgt_vocab)
         for embed in (self.src_embed, self.tgt_embed):
             nn.init.normal_(embed.weight, std=config.d_model ** -0.5)
-            embed.weight.data[config.pad_id] = 0
+            embed.weight.array[config.pad_id] = 0
 
     def _embed(self, embedding, ids):
         x = self.positions(embedding(ids) * math.sqrt(self.config.d_model))
@@ -130,7 +130,7 @@ class Transformer(nn.Module):
         ids = xp.full((src.shape[0], 1), self.config.bos_id, dtype=src.dtype)
         for _ in range(max_len):
             logits = self.decode(ids, memory, src_pad)
-            ids = xp.concatenate([ids, logits.data[:, -1].argmax(axis=-1)[:, None].astype(src.dtype)], axis=1)
+            ids = xp.concatenate([ids, logits.array[:, -1].argmax(axis=-1)[:, None].astype(src.dtype)], axis=1)
         self.decode(ids[:, :-1], memory, src_pad, need_weights=True)
         maps = [layer.cross_attn.last_weights for layer in self.decoder_layers]
         return Tensor(ids[:, 1:]), maps

@@ -101,7 +101,7 @@ class ViT(nn.Module):
 def deit_hard_distillation_loss(class_logits, dist_logits, labels, teacher_logits):
     """DeiT's hard distillation: half cross-entropy with the labels on the class token, half with the teacher's
     argmax on the distillation token."""
-    teacher_labels = teacher_logits.data.argmax(axis=-1)
+    teacher_labels = teacher_logits.array.argmax(axis=-1)
     return F.cross_entropy(class_logits, labels) * 0.5 + F.cross_entropy(dist_logits, teacher_labels) * 0.5
 
 

@@ -76,7 +76,7 @@ def combine_masks(query_len, key_len, is_causal, key_padding_mask, attn_mask, xp
     if keep is None:
         return attn_mask
     if attn_mask.dtype == bool:
-        return Tensor(keep & attn_mask.data)
+        return Tensor(keep & attn_mask.array)
     return ops.masked_fill(attn_mask, ~keep, float("-inf"))                        # broadcasts to keep's shape
 
 
@@ -149,7 +149,7 @@ class MultiHeadAttention(Module):
         if cache is not None:
             k, v = cache.append(k, v)
         key_len = k.shape[-2]
-        xp = backend.xp_of(x.data)
+        xp = backend.xp_of(x.array)
         # Plain causal self-attention over a whole sequence uses is_causal itself (flash then skips blocks).
         simple_causal = is_causal and key_len == length and key_padding_mask is None and attn_mask is None
         mask = None if simple_causal else combine_masks(length, key_len, is_causal and length > 1,

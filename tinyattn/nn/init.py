@@ -5,7 +5,7 @@ from .. import backend
 
 
 def _draw(tensor, sample):
-    tensor.data[...] = sample(backend.generator(tensor.device)).astype(tensor.dtype)
+    tensor.array[...] = sample(backend.generator(tensor.device)).astype(tensor.dtype)
     return tensor
 
 
@@ -30,12 +30,12 @@ def trunc_normal_(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0):
 
 
 def zeros_(tensor):
-    tensor.data[...] = 0
+    tensor.array[...] = 0
     return tensor
 
 
 def ones_(tensor):
-    tensor.data[...] = 1
+    tensor.array[...] = 1
     return tensor
 
 

@@ -38,7 +38,7 @@ class Embedding(Module):
         self.num_embeddings, self.embedding_dim, self.padding_idx = num_embeddings, embedding_dim, padding_idx
         self.weight = init.normal_(_parameter(num_embeddings, embedding_dim))
         if padding_idx is not None:
-            self.weight.data[padding_idx] = 0
+            self.weight.array[padding_idx] = 0
 
     def forward(self, ids):
         return F.embedding(ids, self.weight, self.padding_idx)
@@ -173,12 +173,12 @@ class MoE(Module):
         tokens = x.reshape(-1, shape[-1])
         n = tokens.shape[0]
         probs = F.softmax(self.router(tokens), dim=-1)                       # (N, E)
-        xp = backend.xp_of(probs.data)
-        chosen = xp.argsort(-probs.data, axis=-1)[:, :self.top_k]             # (N, k) expert ids, best first
+        xp = backend.xp_of(probs.array)
+        chosen = xp.argsort(-probs.array, axis=-1)[:, :self.top_k]             # (N, k) expert ids, best first
         rows = xp.arange(n)[:, None]
         gates = probs[rows, chosen]
         gates = gates / gates.sum(dim=-1, keepdim=True)                       # renormalised over the chosen
-        out = Tensor(xp.zeros_like(tokens.data))
+        out = Tensor(xp.zeros_like(tokens.array))
         flat_expert = chosen.reshape(-1)
         flat_token = xp.repeat(xp.arange(n), self.top_k)
         flat_gate = gates.reshape(-1)

@@ -138,7 +138,7 @@ class Module:
             if set_to_none or p.grad is None:
                 p.grad = None
             else:
-                p.grad.data[...] = 0
+                p.grad.array[...] = 0
 
     def requires_grad_(self, flag=True):
         for p in self.parameters():
@@ -159,12 +159,12 @@ class Module:
         for module in self.modules():
             for p in module._parameters.values():
                 if p is not None:
-                    p.data = convert(p.data, True)
+                    p.array = convert(p.array, True)
                     if p.grad is not None:
-                        p.grad.data = convert(p.grad.data, True)
+                        p.grad.array = convert(p.grad.array, True)
             for name, b in module._buffers.items():
                 if b is not None:
-                    module._buffers[name] = Tensor(convert(b.data, True))
+                    module._buffers[name] = Tensor(convert(b.array, True))
         return self
 
     def double(self):
@@ -214,7 +214,7 @@ class Module:
             if key in targets:
                 target = targets[key]
                 data = as_array(value)
-                target.data = backend.to_device(backend.xp_of(data).asarray(data, dtype=target.dtype),
+                target.array = backend.to_device(backend.xp_of(data).asarray(data, dtype=target.dtype),
                                                 target.device).copy()
         return missing, unexpected
 

@@ -35,7 +35,7 @@ def sincos_2d_table(grid_h, grid_w, dim):
     if dim % 4:
         raise ValueError(f"2-D sin-cos embedding needs dim divisible by 4, got {dim}")
     xp = _xp()
-    rows, cols = sinusoidal_table(grid_h, dim // 2).data, sinusoidal_table(grid_w, dim // 2).data
+    rows, cols = sinusoidal_table(grid_h, dim // 2).array, sinusoidal_table(grid_w, dim // 2).array
     return Tensor(xp.concatenate([xp.repeat(rows, grid_w, axis=0), xp.tile(cols, (grid_h, 1))], axis=1))
 
 
@@ -49,7 +49,7 @@ class SinusoidalPositionalEncoding(Module):
     def forward(self, x, offset=0):
         if offset + x.shape[1] > self.pe.shape[0]:
             raise ValueError(f"sequence of {offset + x.shape[1]} positions exceeds max_len {self.pe.shape[0]}")
-        return x + Tensor(self.pe.data[offset:offset + x.shape[1]].astype(x.dtype))
+        return x + Tensor(self.pe.array[offset:offset + x.shape[1]].astype(x.dtype))
 
 
 class LearnedPositionalEmbedding(Module):
@@ -89,8 +89,8 @@ class RotaryEmbedding(Module):
         length = x.shape[-2]
         if offset + length > self.cos.shape[0]:
             raise ValueError(f"positions up to {offset + length} exceed max_len {self.cos.shape[0]}")
-        cos = Tensor(self.cos.data[offset:offset + length].astype(x.dtype))
-        sin = Tensor(self.sin.data[offset:offset + length].astype(x.dtype))
+        cos = Tensor(self.cos.array[offset:offset + length].astype(x.dtype))
+        sin = Tensor(self.sin.array[offset:offset + length].astype(x.dtype))
         first, second = x.chunk(2, dim=-1)
         rotated = ops.cat([-second, first], dim=-1)                       # multiply each pair by i
         return x * cos + rotated * sin
@@ -120,7 +120,7 @@ class RelativePositionBias(Module):
 
     def forward(self):
         n = self.tokens
-        return self.table[self.index.data.reshape(-1)].reshape(n, n, self.num_heads).permute(2, 0, 1)
+        return self.table[self.index.array.reshape(-1)].reshape(n, n, self.num_heads).permute(2, 0, 1)
 
 
 def _interpolation_matrix(new, old, xp):

@@ -40,7 +40,7 @@ def pad_packed_sequence(sequence, batch_first=False, padding_value=0.0, total_le
     steps = backend.numpy.arange(x.shape[1 if batch_first else 0])
     past_end = steps[None, :] >= sequence.lengths[:, None]                                 # (B, T)
     past_end = past_end if batch_first else past_end.T
-    xp = backend.xp_of(x.data)
+    xp = backend.xp_of(x.array)
     x = ops.masked_fill(x, xp.asarray(past_end.reshape(past_end.shape + (1,) * (x.ndim - 2))), padding_value)
     if total_length is not None and total_length > x.shape[1 if batch_first else 0]:
         extra = list(x.shape)
@@ -51,7 +51,7 @@ def pad_packed_sequence(sequence, batch_first=False, padding_value=0.0, total_le
 
 def reverse_within_length(x, lengths):
     """Flip each sequence's first lengths[b] steps of x (B, T, ...) and leave its padding where it is."""
-    xp = backend.xp_of(x.data)
+    xp = backend.xp_of(x.array)
     lengths = xp.asarray(lengths)
     steps = xp.arange(x.shape[1])[None, :]
     index = xp.where(steps < lengths[:, None], lengths[:, None] - 1 - steps, steps)     # (B, T)
@@ -178,7 +178,7 @@ class _Recurrent(Module):
             x = reverse_within_length(x, lengths)
         projected = F.linear(x, w_ih, b_ih)                   # every time step's input projection at once
         steps = range(x.shape[1] - 1, -1, -1) if suffix and lengths is None else range(x.shape[1])
-        xp = backend.xp_of(x.data)
+        xp = backend.xp_of(x.array)
         outputs = [None] * x.shape[1]
         for t in steps:
             new = self._step(projected[:, t], state, w_hh, b_hh)

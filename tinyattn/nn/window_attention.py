@@ -39,7 +39,7 @@ def shifted_window_mask(h, w, window_size, shift):
         for cols in (slice(0, -window_size), slice(-window_size, -shift), slice(-shift, None)):
             regions[rows, cols] = label
             label += 1
-    windows = window_partition(Tensor(regions[None, :, :, None]), window_size).data[..., 0]  # (nW, N)
+    windows = window_partition(Tensor(regions[None, :, :, None]), window_size).array[..., 0]  # (nW, N)
     return Tensor(windows[:, :, None] == windows[:, None, :])
 
 
