@@ -55,9 +55,10 @@ def test_share_inside_a_share_runs_on_the_same_thread(thread_count):
     assert inner == [[6], [6]]
 
 
-@pytest.mark.parametrize("bad", [0, -2, 1.5, "2", True])
-def test_set_num_threads_rejects_what_is_not_a_count(bad):
-    with pytest.raises(ValueError, match="whole number of threads"):
+@pytest.mark.parametrize("bad, error", [(0, RuntimeError), (-2, RuntimeError), (1.5, TypeError), ("2", TypeError),
+                                        (True, TypeError)])
+def test_set_num_threads_rejects_what_is_not_a_count(bad, error):
+    with pytest.raises(error, match="set_num_threads"):       # PyTorch's error types
         ta.set_num_threads(bad)
 
 

@@ -372,10 +372,10 @@ def test_crash_during_save_keeps_the_old_checkpoint(tmp_path, monkeypatch):
     path = tmp_path / "model.npz"
     ta.save({"w": ta.ones(2)}, path)
 
-    def crash_half_way(file, **arrays):
+    def crash_half_way(file, arrays, structure):
         file.write(b"PK\x03\x04 half an archive")
         raise OSError("disk full")
-    monkeypatch.setattr("tinyattn.serialization.numpy.savez", crash_half_way)
+    monkeypatch.setattr("tinyattn.serialization._write_archive", crash_half_way)
     with pytest.raises(OSError, match="disk full"):
         ta.save({"w": ta.zeros(2)}, path)
     monkeypatch.undo()
@@ -383,9 +383,12 @@ def test_crash_during_save_keeps_the_old_checkpoint(tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == ["model.npz"]   # the temporary file is gone too
 
 
-def test_save_refuses_values_that_are_not_arrays(tmp_path):
-    with pytest.raises(TypeError, match="'bad'.*object"):
-        ta.save({"w": ta.ones(2), "bad": {"not": "an array"}}, tmp_path / "m.npz")
+def test_save_refuses_values_it_cannot_write_without_pickle(tmp_path):
+    with pytest.raises(TypeError, match="'bad/set'.*set"):
+        ta.save({"w": ta.ones(2), "bad": {"set": {1, 2}}}, tmp_path / "m.npz")
+    with pytest.raises(TypeError, match="'objects'.*Python objects"):
+        ta.save({"objects": np.array([{"a": 1}], dtype=object)}, tmp_path / "m.npz")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_shape_mismatch_on_load_is_named(tmp_path):

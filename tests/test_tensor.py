@@ -143,7 +143,7 @@ def test_default_device_setting(monkeypatch):
         assert ta.zeros(2).device == "cpu"
     finally:
         ta.set_default_device(None)
-    with pytest.raises(ValueError, match="unknown device"):
+    with pytest.raises(RuntimeError, match="unknown device"):
         ta.zeros(2, device="tpu")
 
 

@@ -40,7 +40,7 @@ def check_device(device):
     """Normalise a device name ('cpu', 'cuda', 'cuda:0') to 'cpu' or 'cuda'."""
     name = str(device).split(":")[0]
     if name not in DEVICES:
-        raise ValueError(f"unknown device {device!r}; expected one of {DEVICES}")
+        raise RuntimeError(f"unknown device {device!r}; expected one of {DEVICES}")
     return name
 
 
@@ -107,6 +107,11 @@ def erfc(x):
 
 
 _erfc = numpy.frompyfunc(math.erfc, 1, 1)
+
+
+def broadcast_shapes(*shapes):
+    """The shape arrays of these shapes broadcast to (ValueError when they do not): shape arithmetic, any device."""
+    return numpy.broadcast_shapes(*shapes)
 
 
 def manual_seed(seed):

@@ -5,18 +5,36 @@ from . import backend
 from .tensor import Tensor
 
 
+_default_float = numpy.dtype("float32")
+
+
+def set_default_dtype(dtype):
+    """The float dtype that Python floats and new float tensors get (float32 unless changed), as PyTorch."""
+    global _default_float
+    dtype = numpy.dtype(dtype)
+    if dtype.kind != "f":
+        raise TypeError(f"the default dtype must be a floating dtype, got {dtype}")
+    _default_float = dtype
+
+
+def get_default_dtype():
+    return _default_float
+
+
 def _resolve(device):
     return backend.check_device(device) if device is not None else backend.default_device()
 
 
-def _dtype(dtype, fallback=backend.float32):
-    return numpy.dtype(fallback if dtype is None else dtype)
+def _dtype(dtype, fallback=None):
+    """A dtype argument (None: the fallback, or the default float dtype)."""
+    return numpy.dtype(dtype if dtype is not None else fallback if fallback is not None else _default_float)
 
 
 def tensor(data, requires_grad=False, dtype=None, device=None):
     """A new leaf tensor holding a copy of data (nested lists, numbers, NumPy or CuPy arrays, a Tensor).
 
-    Python floats become float32; NumPy arrays keep their dtype (float64 stays float64), as in PyTorch.
+    Python floats become the default float dtype (float32); NumPy arrays keep their dtype (float64 stays float64),
+    as in PyTorch.
     """
     if isinstance(data, Tensor):
         data = data.array
@@ -27,7 +45,7 @@ def tensor(data, requires_grad=False, dtype=None, device=None):
         from_python = not isinstance(data, (numpy.ndarray, numpy.generic))
         array = numpy.array(data, dtype=dtype)
         if dtype is None and from_python and array.dtype == numpy.float64:
-            array = array.astype(numpy.float32)
+            array = array.astype(_default_float)
     array = backend.to_device(array, _resolve(device))
     return Tensor(array, requires_grad=requires_grad)
 
@@ -70,7 +88,7 @@ def arange(start, end=None, step=1, dtype=None, device=None):
     if end is None:
         start, end = 0, start
     is_float = any(isinstance(v, float) for v in (start, end, step))
-    fallback = backend.float32 if is_float else backend.int64
+    fallback = None if is_float else backend.int64
     return Tensor(backend.xp_for(_resolve(device)).arange(start, end, step, dtype=_dtype(dtype, fallback)))
 
 

@@ -54,6 +54,12 @@ def _checked(t):
 
 def _report(name, analytic, numerical, atol, rtol, where):
     xp = backend.xp_of(analytic)
+    for values, which in ((analytic, "analytic (from backward)"), (numerical, "numerical (the function itself is NaN "
+                                                                              "near the input)")):
+        nan = xp.isnan(values).reshape(-1)
+        if bool(nan.any()):
+            raise GradcheckError(f"gradcheck failed for {name} at {where(int(xp.argmax(nan)))}: the {which} "
+                                 f"gradient is NaN, at {int(nan.sum())} of {nan.size} places")
     excess = xp.abs(analytic - numerical) - (atol + rtol * xp.abs(numerical))
     worst = int(xp.argmax(excess))
     if float(excess.reshape(-1)[worst]) > 0:

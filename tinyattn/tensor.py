@@ -1,34 +1,39 @@
 """The autograd engine: Tensor, Function, the context a Function saves into, and the backward walk.
 
-A Tensor wraps one backend array (numpy or cupy), its ``.array``. Calling a Function on Tensors runs its ``forward`` on the raw
-arrays and, when a gradient is wanted, records a Node: which Function ran, its context, and its inputs.
+A Tensor wraps one backend array (numpy or cupy), its ``.array``. Calling a Function on Tensors runs its ``forward``
+on the raw arrays and, when a gradient is wanted, records a Node: which Function ran, its context, and its inputs.
 ``Tensor.backward`` then walks those nodes from the output back to the leaves, in topological order, without
-recursion. Operators and methods such as ``a + b`` or ``x.sum(dim=1)`` are attached by ``tinyattn.ops``.
+recursion. Each tensor counts the in-place changes of its memory (a version), so backward can refuse to use an
+array that changed after forward saved it. Operators and methods such as ``a + b`` or ``x.sum(dim=1)`` are
+attached by ``tinyattn.ops``.
 """
 import contextlib
+import threading
 
 from . import backend
 
-_grad_enabled = True
+_this_thread = threading.local()        # .grad_modes: this thread's stack of grad modes (PyTorch's are per thread too)
 
 
 def is_grad_enabled():
-    return _grad_enabled
+    modes = getattr(_this_thread, "grad_modes", None)
+    return modes[-1] if modes else True
 
 
 class _GradMode(contextlib.ContextDecorator):
-    """Context manager and decorator that switches graph recording off (no_grad) or on (enable_grad)."""
+    """Context manager and decorator that switches graph recording off (no_grad) or on (enable_grad), in the
+    calling thread only: another thread's forward keeps recording while one evaluates under no_grad."""
 
     def __init__(self, enabled):
         self.enabled = enabled
 
     def __enter__(self):
-        global _grad_enabled
-        self.previous, _grad_enabled = _grad_enabled, self.enabled
+        if not hasattr(_this_thread, "grad_modes"):
+            _this_thread.grad_modes = []
+        _this_thread.grad_modes.append(self.enabled)
 
     def __exit__(self, *exc):
-        global _grad_enabled
-        _grad_enabled = self.previous
+        _this_thread.grad_modes.pop()
 
 
 def no_grad():
@@ -57,28 +62,38 @@ class Context:
 class Node:
     """One recorded Function call: the backward step that leads from its output to its inputs."""
 
-    __slots__ = ("function", "ctx", "inputs", "input_shapes")
+    __slots__ = ("function", "ctx", "inputs", "input_shapes", "saved_versions")
 
-    def __init__(self, function, ctx, inputs):
+    def __init__(self, function, ctx, inputs, saved_versions):
         self.function = function
         self.ctx = ctx
         self.inputs = inputs  # a Tensor or None per positional argument of forward
         self.input_shapes = [None if t is None else t.shape for t in inputs]
+        self.saved_versions = saved_versions  # (version counter, its value then, what) for the saved memory
 
     def input_gradients(self, grad):
-        """(input, its gradient) for every input that wants one, each reduced to that input's shape."""
-        if self.ctx is None:
-            raise RuntimeError(
-                f"trying to backward through {self.function.__name__} a second time: its saved arrays were "
-                "freed by the first backward. Pass retain_graph=True to the first backward to keep them.")
+        """(input, its gradient) for every input that wants one, each reduced to that input's shape and dtype."""
+        self._check_saved_arrays()
         grads = self.function.backward(self.ctx, grad)
         grads = grads if isinstance(grads, tuple) else (grads,)
         if len(grads) != len(self.inputs):
             raise RuntimeError(f"{self.function.__name__}.backward returned {len(grads)} gradients "
                                f"for {len(self.inputs)} inputs")
-        return [(parent, _sum_to_shape(parent_grad, shape, self.function))
-                for parent, parent_grad, shape in zip(self.inputs, grads, self.input_shapes)
+        return [(parent, _sum_to_shape(parent_grad, parent, i, self))
+                for i, (parent, parent_grad) in enumerate(zip(self.inputs, grads))
                 if parent is not None and parent_grad is not None and parent.requires_grad]
+
+    def _check_saved_arrays(self):
+        if self.ctx is None:
+            raise RuntimeError(
+                f"trying to backward through {self.function.__name__} a second time: its saved arrays were "
+                "freed by the first backward. Pass retain_graph=True to the first backward to keep them.")
+        for counter, then, what in self.saved_versions:
+            if counter[0] != then:
+                raise RuntimeError(
+                    f"one of the arrays {self.function.__name__} saved for its backward has been modified by an "
+                    f"in-place operation: {what} is at version {counter[0]}, it was at version {then} when saved. "
+                    "Compute it out of place, or change a clone() of it instead.")
 
     def release(self):
         """Free what forward saved (backward through this node again then raises)."""
@@ -99,6 +114,7 @@ class Tensor:
         self.grad = None
         self._node = None
         self._retains_grad = False
+        self._versions = [0]     # how often its memory was changed in place; shared with the tensors viewing it
         self.requires_grad = requires_grad
 
     # -- attributes ---------------------------------------------------------------------------
@@ -144,6 +160,15 @@ class Tensor:
     @property
     def is_leaf(self):
         return self._node is None
+
+    @property
+    def _version(self):
+        """How many in-place changes its memory has seen (PyTorch's x._version)."""
+        return self._versions[0]
+
+    def _mark_modified(self):
+        """Record that its array was changed in place: backward through a Function that saved it then raises."""
+        self._versions[0] += 1
 
     @property
     def grad_fn(self):
@@ -219,6 +244,7 @@ class Tensor:
             self.grad = Tensor(grad.copy())  # a copy: optimisers may change .grad in place
         else:
             self.grad.array = self.grad.array + grad
+            self.grad._mark_modified()
 
 
 def _output_gradient(output, gradient):
@@ -256,23 +282,21 @@ def _topological_order(root):
     return order
 
 
-def _sum_to_shape(grad, shape, function):
-    """Reduce a broadcast gradient back to the shape of the input it belongs to (the one place this happens)."""
-    if tuple(grad.shape) == shape:
-        return grad
-    extra = grad.ndim - len(shape)
-    if extra < 0:
-        raise RuntimeError(f"{function.__name__}.backward returned a gradient of shape {tuple(grad.shape)} "
-                           f"for an input of shape {shape}")
-    axes = tuple(range(extra)) + tuple(extra + i for i, size in enumerate(shape)
-                                       if size == 1 and grad.shape[extra + i] != 1)
-    if axes:
-        grad = grad.sum(axis=axes, keepdims=True)
-    try:
-        return grad.reshape(shape)
-    except ValueError:
-        raise RuntimeError(f"{function.__name__}.backward returned a gradient of shape {tuple(grad.shape)} that "
-                           f"does not broadcast to its input's shape {shape}") from None
+def _sum_to_shape(grad, parent, index, node):
+    """The gradient for input `index` reduced to its shape (the one place broadcast gradients are summed back) and
+    dtype. A gradient that does not broadcast to the input is an error, even one of the same size (a transposed
+    gradient of a (5, 4) input is (4, 5): reshaping it would hide the bug)."""
+    shape = parent.shape
+    if tuple(grad.shape) != shape:
+        extra = grad.ndim - len(shape)
+        fits = extra >= 0 and all(g == s or s == 1 for g, s in zip(grad.shape[extra:], shape))
+        if not fits:
+            raise RuntimeError(f"{node.function.__name__}.backward returned a gradient of shape {tuple(grad.shape)} "
+                               f"for its input {index} of shape {shape}: it must have that shape or broadcast to it")
+        axes = tuple(range(extra)) + tuple(extra + i for i, size in enumerate(shape)
+                                           if size == 1 and grad.shape[extra + i] != 1)
+        grad = grad.sum(axis=axes, keepdims=True).reshape(shape)
+    return grad if grad.dtype == parent.dtype else grad.astype(parent.dtype)
 
 
 class Function:
@@ -298,10 +322,38 @@ class Function:
         ctx = Context(tuple(isinstance(a, Tensor) and a.requires_grad for a in args))
         output = cls.forward(ctx, *(as_array(a) for a in args), **kwargs)
         result = Tensor(output)
-        if _grad_enabled and any(ctx.needs_input_grad) and _is_float(output.dtype):
+        tensors = [(i, a) for i, a in enumerate(args) if isinstance(a, Tensor)]
+        _share_versions_with_viewed_input(result, tensors)
+        if is_grad_enabled() and any(ctx.needs_input_grad) and _is_float(output.dtype):
             result.requires_grad = True
-            result._node = Node(cls, ctx, [a if isinstance(a, Tensor) else None for a in args])
+            result._node = Node(cls, ctx, [a if isinstance(a, Tensor) else None for a in args],
+                                _saved_versions(ctx.saved_tensors, tensors, result))
         return result
+
+
+def _memory_owner(array):
+    """The array that owns an array's memory (itself, or the base a view looks into)."""
+    base = getattr(array, "base", None)
+    return array if base is None else base
+
+
+def _share_versions_with_viewed_input(result, tensors):
+    """A result that views an input's memory (reshape, transpose, a slice) counts in-place changes with it."""
+    owner = _memory_owner(result.array)
+    for _, t in tensors:
+        if _memory_owner(t.array) is owner:
+            result._versions = t._versions
+            return
+
+
+def _saved_versions(saved, tensors, result):
+    """(version counter, version now, what) for each input and the result whose memory forward saved."""
+    owners = {id(_memory_owner(a)) for a in saved if backend.is_array(a)}
+    if not owners:
+        return ()
+    candidates = [(t, f"input {i} of shape {t.shape}") for i, t in tensors] + [(result, "its output")]
+    return tuple((t._versions, t._versions[0], what) for t, what in candidates
+                 if id(_memory_owner(t.array)) in owners)
 
 
 def _check_one_device(function, args):
@@ -317,16 +369,3 @@ def _check_one_device(function, args):
 def as_array(x):
     """The raw array of a Tensor; anything else (an array, a mask, ids, a number) as it is."""
     return x.array if isinstance(x, Tensor) else x
-
-
-def as_tensor_like(value, like):
-    """A Python number or array as a constant Tensor on the device (and, for numbers, dtype) of ``like``."""
-    if isinstance(value, Tensor):
-        return value
-    xp = backend.xp_of(like.array)
-    if isinstance(value, (int, float, bool)):
-        dtype = like.dtype if _is_float(like.dtype) or isinstance(value, (int, bool)) else backend.numpy.float32
-        return Tensor(xp.asarray(value, dtype=dtype))
-    if backend.device_of(value) != like.device:
-        raise RuntimeError(f"cannot combine a {backend.device_of(value)} array with a {like.device} tensor")
-    return Tensor(xp.asarray(value))

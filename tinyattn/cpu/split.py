@@ -122,7 +122,7 @@ def attention_parts(batch_shape, n_rows, n_keys, like):
     if is_cupy_array(like):
         return [AttentionPart(whole, whole, len(batch_shape), n_rows)]
     if batch_shape and batch_shape[0] > 1:
-        scores_per_entry = math.prod(batch_shape[1:]) * n_rows * n_keys
+        scores_per_entry = max(1, math.prod(batch_shape[1:]) * n_rows * n_keys)
         per_part = min(-(-batch_shape[0] // get_num_threads()), max(1, SCORES_PER_PART // scores_per_entry))
         return [AttentionPart(entries, whole, len(batch_shape), n_rows)
                 for entries in slices(batch_shape[0], per_part)]

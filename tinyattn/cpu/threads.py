@@ -23,14 +23,19 @@ def _cores():
 def set_num_threads(n):
     """How many threads (cores) tinyattn's CPU work uses, as torch.set_num_threads."""
     global _num_threads
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"set_num_threads needs a whole number of threads, at least 1, got {n!r}")
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"set_num_threads takes an int, got {n!r}")
+    if n < 1:
+        raise RuntimeError(f"set_num_threads needs at least 1 thread, got {n}")
     _num_threads = n
 
 
 def get_num_threads():
     if _num_threads is None:
-        set_num_threads(int(os.environ.get("TINYATTN_NUM_THREADS", 0)) or _cores())
+        wanted = os.environ.get("TINYATTN_NUM_THREADS", "")
+        if wanted and not wanted.isdigit():
+            raise RuntimeError(f"TINYATTN_NUM_THREADS must be a whole number, got {wanted!r}")
+        set_num_threads(int(wanted or 0) or _cores())
     return _num_threads
 
 

@@ -8,8 +8,8 @@ from .. import cpu
 from ..backend import xp_of
 from ..tensor import Function, Tensor, as_array
 from . import twins
-from .attention_inputs import (additive_mask, attention_mask, default_scale, group_heads, merge_heads, split_heads,
-                               ungroup_grad)
+from .attention_inputs import (additive_mask, attention_mask, check_attention_inputs, default_scale, group_heads,
+                               merge_heads, split_heads, ungroup_grad)
 from .dropout import keep_mask
 from .softmax import softmax_array, softmax_in_place
 
@@ -123,7 +123,9 @@ class FastScaledDotProductAttention(Function):
 twins.register("scaled_dot_product_attention", FastScaledDotProductAttention, ReferenceScaledDotProductAttention)
 
 
-def _raw_mask(attn_mask, is_causal, query, key):
+def _checked_mask(query, key, value, attn_mask, is_causal, enable_gqa, caller):
+    """The mask attention applies (a bool array, a float tensor or None), after checking every input's shape."""
+    check_attention_inputs(query, key, value, attn_mask, enable_gqa, caller)
     mask = attention_mask(attn_mask, is_causal, query.shape[-2], key.shape[-2], query.array)
     return mask.array if isinstance(mask, Tensor) and mask.dtype == bool else mask
 
@@ -137,14 +139,13 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     is_causal masks j > i (top-left aligned, as PyTorch). scale defaults to 1/sqrt(E). enable_gqa lets Hq be a
     multiple of Hkv. A query row with every key masked gives output 0 and gradient 0, never NaN.
     """
-    mask = _raw_mask(attn_mask, is_causal, query, key)
+    mask = _checked_mask(query, key, value, attn_mask, is_causal, enable_gqa, "scaled_dot_product_attention")
     attention = twins.implementation("scaled_dot_product_attention")
     return attention.apply(query, key, value, mask, default_scale(query, scale), float(dropout_p), enable_gqa)
 
 
 def attention_weights(query, key, attn_mask=None, is_causal=False, scale=None, enable_gqa=False):
     """The (..., Hq, L, S) softmax weights of scaled_dot_product_attention, for plots (no graph is recorded)."""
-    mask = _raw_mask(attn_mask, is_causal, query, key)
-    mask = as_array(mask)
+    mask = as_array(_checked_mask(query, key, key, attn_mask, is_causal, enable_gqa, "attention_weights"))
     q, k, _, mask, groups = group_heads(query.array, key.array, key.array, mask, enable_gqa)
     return Tensor(merge_heads(_probabilities(q, k, mask, default_scale(query, scale)), groups))

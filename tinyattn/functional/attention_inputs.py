@@ -2,7 +2,41 @@
 is_causal, boolean masks as additive biases, and query heads grouped over shared key/value heads (GQA/MQA)."""
 import math
 
-from ..backend import xp_of
+from ..backend import broadcast_shapes, xp_of
+
+
+def check_attention_inputs(query, key, value, mask, enable_gqa, caller):
+    """Errors that name the caller's own shapes: query (..., Hq, L, E), key (..., Hkv, S, E), value (..., Hkv, S, Ev)
+    with batch dims that broadcast, and a mask (bool: True = may attend, or float: added to the scores, in the
+    query's dtype) that broadcasts to the scores (..., Hq, L, S) without growing them."""
+    q, k, v = tuple(query.shape), tuple(key.shape), tuple(value.shape)
+    shapes = f"query {q}, key {k}, value {v}"
+    if min(len(q), len(k), len(v)) < 2:
+        raise RuntimeError(f"{caller}: query, key and value need shapes (..., length, features), got {shapes}")
+    if k[-1] != q[-1]:
+        raise RuntimeError(f"{caller}: query and key need one feature size E, got {shapes}")
+    if k[-2] != v[-2]:
+        raise RuntimeError(f"{caller}: key and value need one length S, got {shapes}")
+    if len(k) >= 3 and len(v) >= 3 and k[-3] != v[-3]:
+        raise RuntimeError(f"{caller}: key and value need one number of heads, got {shapes}")
+    group_size(q, k, v, enable_gqa)
+    try:
+        batch = broadcast_shapes(q[:-3], k[:-3], v[:-3])
+    except ValueError:
+        raise RuntimeError(f"{caller}: the batch dims of {shapes} do not broadcast together") from None
+    scores = batch + (q[-3] if len(q) >= 3 else 1, q[-2], k[-2])
+    if mask is None:
+        return
+    if mask.dtype != bool and (mask.dtype.kind != "f" or mask.dtype != query.dtype):
+        raise RuntimeError(f"{caller}: attn_mask must be bool (True = may attend) or a float mask of the query's dtype "
+                           f"{query.dtype} (added to the scores), got dtype {mask.dtype}")
+    try:
+        fits = broadcast_shapes(tuple(mask.shape), scores) == scores
+    except ValueError:
+        fits = False
+    if not fits:
+        raise RuntimeError(f"{caller}: attn_mask of shape {tuple(mask.shape)} does not broadcast to the attention "
+                           f"scores' shape {scores} (batch..., query heads, query length, key length)")
 
 
 def default_scale(query, scale):

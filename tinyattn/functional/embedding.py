@@ -47,4 +47,8 @@ def embedding(input, weight, padding_idx=None):
     ids = as_array(input)
     if ids.dtype.kind not in "iu":
         raise TypeError(f"embedding needs integer ids, got dtype {ids.dtype}")
+    rows = weight.shape[0]
+    if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= rows):
+        bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
+        raise IndexError(f"embedding: id {bad} is out of range for a table of {rows} rows (ids 0..{rows - 1})")
     return twins.implementation("embedding").apply(ids, weight, padding_idx)

@@ -6,8 +6,8 @@ from .. import cpu
 from ..backend import xp_of
 from ..tensor import Function, Tensor
 from . import flash_kernel, twins
-from .attention_inputs import (additive_mask, check_mask_choice, default_scale, group_heads, group_size,
-                               merge_heads, split_heads, ungroup_grad)
+from .attention_inputs import (additive_mask, check_attention_inputs, check_mask_choice, default_scale, group_heads,
+                               group_size, merge_heads, split_heads, ungroup_grad)
 
 
 def _blocks(n, block_size):
@@ -222,6 +222,7 @@ def flash_attention(query, key, value, attn_mask=None, is_causal=False, scale=No
     path is not on (None: float32 CUDA tensors, no attn_mask, one head size, a multiple of 4 up to 128).
     """
     check_mask_choice(attn_mask, is_causal)
+    check_attention_inputs(query, key, value, attn_mask, enable_gqa, "flash_attention")
     if isinstance(attn_mask, Tensor):
         if attn_mask.requires_grad:
             raise ValueError("flash_attention does not differentiate a float attn_mask; use "

@@ -1,4 +1,6 @@
 """Losses: cross-entropy (a fused Function with its reference twin) and the mean squared error."""
+import warnings
+
 from .. import cpu, ops
 from ..backend import xp_of
 from ..tensor import Function, as_array
@@ -106,11 +108,20 @@ def cross_entropy(input, target, ignore_index=-100, reduction="mean", label_smoo
     if target_data.shape != input.shape[:1]:
         raise ValueError(f"cross_entropy: target shape {tuple(target.shape)} does not match input shape "
                          f"{tuple(input.shape)}")
+    classes = input.shape[1]
+    outside = (target_data != ignore_index) & ((target_data < 0) | (target_data >= classes))
+    if outside.any():
+        raise IndexError(f"cross_entropy: target {int(target_data[outside][0])} is out of bounds for {classes} classes "
+                         f"(targets 0..{classes - 1}, or ignore_index={ignore_index} to skip a row)")
     loss = twins.implementation("cross_entropy").apply(input, target_data, ignore_index, reduction,
                                                         float(label_smoothing))
     return ops.reshape(loss, extra_shape) if reduction == "none" and extra_shape else loss
 
 
 def mse_loss(input, target, reduction="mean"):
+    if tuple(input.shape) != tuple(target.shape):
+        warnings.warn(f"mse_loss: a target of shape {tuple(target.shape)} that differs from the input's shape "
+                      f"{tuple(input.shape)} broadcasts, which is likely not what you meant (PyTorch warns too)",
+                      UserWarning, stacklevel=2)
     squared = (input - target) ** 2
     return {"mean": ops.mean, "sum": ops.sum, "none": lambda x: x}[reduction](squared)

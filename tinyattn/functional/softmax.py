@@ -5,13 +5,17 @@ with every key masked) gives zeros and a zero gradient, never NaN.
 """
 from .. import cpu
 from ..backend import xp_of
+from ..ops import dim_index
 from ..tensor import Function
 from . import twins
 
 
 def row_max(x, axis):
-    """Each row's max for shifting exponents; 0 where the whole row is -inf, so exp gives 0 rather than NaN."""
+    """Each row's max for shifting exponents; 0 where the whole row is -inf, so exp gives 0 rather than NaN, and 0
+    for rows of no elements (a softmax over nothing is empty, as in PyTorch)."""
     xp = xp_of(x)
+    if x.shape[axis] == 0:
+        return xp.zeros(tuple(1 if i == axis % x.ndim else s for i, s in enumerate(x.shape)), dtype=x.dtype)
     m = x.max(axis=axis, keepdims=True)
     return xp.where(xp.isfinite(m), m, xp.zeros((), dtype=x.dtype))
 
@@ -126,8 +130,8 @@ twins.register("log_softmax", FastLogSoftmax, ReferenceLogSoftmax)
 
 
 def softmax(input, dim=-1):
-    return twins.implementation("softmax").apply(input, dim)
+    return twins.implementation("softmax").apply(input, dim_index(dim, input.ndim))
 
 
 def log_softmax(input, dim=-1):
-    return twins.implementation("log_softmax").apply(input, dim)
+    return twins.implementation("log_softmax").apply(input, dim_index(dim, input.ndim))

@@ -55,7 +55,7 @@ class KVCache:
         return self.key, self.value
 
 
-def combine_masks(query_len, key_len, is_causal, key_padding_mask, attn_mask, xp):
+def combine_masks(batch, query_len, key_len, is_causal, key_padding_mask, attn_mask, xp):
     """One mask for F.scaled_dot_product_attention from the module's three ways of masking, or None.
 
     Boolean unless attn_mask is a float mask, in which case masked places become -inf in it.
@@ -67,6 +67,9 @@ def combine_masks(query_len, key_len, is_causal, key_padding_mask, attn_mask, xp
         pad = as_array(key_padding_mask)
         if pad.dtype != bool:
             raise TypeError(f"key_padding_mask must be boolean (True = padding), got dtype {pad.dtype}")
+        if tuple(pad.shape) != (batch, key_len):
+            raise RuntimeError(f"key_padding_mask must have shape (batch, key length) = {(batch, key_len)}, got "
+                               f"{tuple(pad.shape)}")
         not_pad = ~pad[:, None, None, :]                                             # (B, 1, 1, S)
         keep = not_pad if keep is None else keep & not_pad
     if attn_mask is None:
@@ -134,6 +137,9 @@ class MultiHeadAttention(Module):
         if self.cross != (context is not None):
             raise ValueError("cross-attention needs a context and self-attention must not get one "
                              f"(cross={self.cross}, context given: {context is not None})")
+        if x.ndim != 3 or x.shape[-1] != self.d_model:
+            raise ValueError(f"{type(self).__name__} expects x of shape (batch, length, d_model={self.d_model}), got "
+                             f"{x.shape}")
         b, length, _ = x.shape
         kv_size = self.num_kv_heads * self.head_dim
         if self.cross:
@@ -152,7 +158,7 @@ class MultiHeadAttention(Module):
         xp = backend.xp_of(x.array)
         # Plain causal self-attention over a whole sequence uses is_causal itself (flash then skips blocks).
         simple_causal = is_causal and key_len == length and key_padding_mask is None and attn_mask is None
-        mask = None if simple_causal else combine_masks(length, key_len, is_causal and length > 1,
+        mask = None if simple_causal else combine_masks(b, length, key_len, is_causal and length > 1,
                                                         key_padding_mask, attn_mask, xp)
         gqa = self.num_kv_heads != self.num_heads
         if self.impl == "flash":

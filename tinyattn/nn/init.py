@@ -5,7 +5,13 @@ from .. import backend
 
 
 def _draw(tensor, sample):
-    tensor.array[...] = sample(backend.generator(tensor.device)).astype(tensor.dtype)
+    return _fill(tensor, sample(backend.generator(tensor.device)))
+
+
+def _fill(tensor, values):
+    """Write values into the tensor's memory, outside any graph (as torch.nn.init does under no_grad)."""
+    tensor.array[...] = values
+    tensor._mark_modified()
     return tensor
 
 
@@ -30,13 +36,11 @@ def trunc_normal_(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0):
 
 
 def zeros_(tensor):
-    tensor.array[...] = 0
-    return tensor
+    return _fill(tensor, 0)
 
 
 def ones_(tensor):
-    tensor.array[...] = 1
-    return tensor
+    return _fill(tensor, 1)
 
 
 def fan_in(shape):

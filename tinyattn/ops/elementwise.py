@@ -1,0 +1,371 @@
+"""Elementwise Functions, forward beside backward: arithmetic with PyTorch's type promotion and broadcasting, and
+one-input math. Gradients may come back in broadcast shapes: the engine sums them back to each input's shape."""
+import builtins
+
+from .. import backend
+from ..backend import check_device, device_of, is_array, to_device, xp_of
+from ..creation import get_default_dtype
+from ..tensor import Function, Tensor
+from .promotion import result_dtype
+
+
+# -- two inputs ---------------------------------------------------------------------------------------------------
+class Add(Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        return a + b
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, grad
+
+
+class Sub(Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        return a - b
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, -grad
+
+
+class Mul(Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return a * b
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, b = ctx.saved_tensors
+        return (grad * b if ctx.needs_input_grad[0] else None,
+                grad * a if ctx.needs_input_grad[1] else None)
+
+
+class Div(Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return a / b
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, b = ctx.saved_tensors
+        grad_a = grad / b
+        return grad_a, (-grad_a * a / b if ctx.needs_input_grad[1] else None)
+
+
+class Pow(Function):
+    """a ** b for two tensors; d/db needs log(a), so b's gradient is defined for a > 0."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        out = a ** b
+        ctx.save_for_backward(a, b, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, b, out = ctx.saved_tensors
+        xp = xp_of(a)
+        grad_a = grad * b * a ** (b - 1) if ctx.needs_input_grad[0] else None
+        grad_b = grad * out * xp.log(xp.where(a > 0, a, 1)) if ctx.needs_input_grad[1] else None
+        return grad_a, grad_b
+
+
+class PowScalar(Function):
+    """x ** p for a Python number p (the common case: squares, square roots, reciprocals)."""
+
+    @staticmethod
+    def forward(ctx, x, exponent):
+        ctx.save_for_backward(x)
+        ctx.exponent = exponent
+        return x ** exponent
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        p = ctx.exponent
+        if p == 0:                     # x ** 0 is 1 everywhere: its slope is 0, also at x = 0 (not 0 * 0 ** -1)
+            return xp_of(grad).zeros_like(grad), None
+        return grad * p * x ** (p - 1), None
+
+
+class Maximum(Function):
+    """Elementwise max; a tie sends half the gradient each way (as PyTorch does)."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return xp_of(a).maximum(a, b)
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, b = ctx.saved_tensors
+        share = (a > b) + 0.5 * (a == b)
+        share = share.astype(grad.dtype)
+        return grad * share, grad * (1 - share)
+
+
+# -- one input ----------------------------------------------------------------------------------------------------
+class Neg(Function):
+    @staticmethod
+    def forward(ctx, x):
+        return -x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return -grad
+
+
+class Exp(Function):
+    @staticmethod
+    def forward(ctx, x):
+        out = xp_of(x).exp(x)
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        (out,) = ctx.saved_tensors
+        return grad * out
+
+
+class Log(Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return xp_of(x).log(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad / x
+
+
+class Sqrt(Function):
+    @staticmethod
+    def forward(ctx, x):
+        out = xp_of(x).sqrt(x)
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        (out,) = ctx.saved_tensors
+        return grad / (2 * out)
+
+
+class Abs(Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return xp_of(x).abs(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * xp_of(x).sign(x)
+
+
+class Tanh(Function):
+    @staticmethod
+    def forward(ctx, x):
+        out = xp_of(x).tanh(x)
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        (out,) = ctx.saved_tensors
+        return grad * (1 - out * out)
+
+
+def sigmoid_array(x):
+    """1 / (1 + exp(-x)), from e = exp(-|x|) so that nothing overflows: 1 / (1 + e) for x >= 0, e / (1 + e) for
+    x < 0 (not 1 - 1 / (1 + e), which rounds small values to 0)."""
+    xp = xp_of(x)
+    e = xp.exp(-xp.abs(x))
+    return xp.where(x >= 0, 1 / (1 + e), e / (1 + e))
+
+
+class Sigmoid(Function):
+    @staticmethod
+    def forward(ctx, x):
+        out = sigmoid_array(x)
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        (out,) = ctx.saved_tensors
+        return grad * out * (1 - out)
+
+
+class Relu(Function):
+    @staticmethod
+    def forward(ctx, x):
+        out = xp_of(x).maximum(x, 0)
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        (out,) = ctx.saved_tensors
+        return grad * (out > 0)
+
+
+class Cast(Function):
+    @staticmethod
+    def forward(ctx, x, dtype):
+        ctx.dtype = x.dtype
+        return x.astype(dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.astype(ctx.dtype), None
+
+
+class ToDevice(Function):
+    @staticmethod
+    def forward(ctx, x, device):
+        ctx.device = device_of(x)
+        return to_device(x, device)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return to_device(grad, ctx.device), None
+
+
+class Clamp(Function):
+    """x limited to [low, high] (either may be None); the gradient passes where x was inside the range."""
+
+    @staticmethod
+    def forward(ctx, x, low, high):
+        inside = xp_of(x).ones(x.shape, dtype=bool)
+        if low is not None:
+            inside &= x >= low
+        if high is not None:
+            inside &= x <= high
+        ctx.save_for_backward(inside)
+        return xp_of(x).clip(x, low, high).astype(x.dtype, copy=False)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (inside,) = ctx.saved_tensors
+        return grad * inside, None, None
+
+
+def cast(x, dtype, like):
+    """x as a tensor of dtype: a tensor through Cast (differentiable), a number or array as a constant on the device
+    of the tensor like."""
+    if isinstance(x, Tensor):
+        return x if x.dtype == dtype else Cast.apply(x, dtype)
+    if is_array(x) and device_of(x) != like.device:
+        raise RuntimeError(f"cannot combine a {device_of(x)} array of shape {x.shape} with a {like.device} tensor "
+                           f"of shape {like.shape}")
+    return Tensor(xp_of(like.array).asarray(x, dtype=dtype))
+
+
+def binary(function, a, b, dtype=None):
+    """function.apply on a and b (tensors, arrays or numbers) cast to their common dtype (promotion.py)."""
+    like = a if isinstance(a, Tensor) else b
+    dtype = dtype or result_dtype(a, b)
+    return function.apply(cast(a, dtype, like), cast(b, dtype, like))
+
+
+def add(a, b):
+    return binary(Add, a, b)
+
+
+def sub(a, b):
+    return binary(Sub, a, b)
+
+
+def mul(a, b):
+    return binary(Mul, a, b)
+
+
+def div(a, b):
+    """True division: integer operands give the default float dtype, as in PyTorch."""
+    dtype = result_dtype(a, b)
+    return binary(Div, a, b, dtype if dtype.kind == "f" else get_default_dtype())
+
+
+def pow(a, b):
+    if isinstance(a, Tensor) and isinstance(b, (builtins.int, builtins.float)) and not isinstance(b, builtins.bool):
+        return PowScalar.apply(cast(a, result_dtype(a, b), a), b)
+    return binary(Pow, a, b)
+
+
+def maximum(a, b):
+    return binary(Maximum, a, b)
+
+
+def clamp(x, min=None, max=None):
+    """x limited to [min, max], as torch.clamp (either bound may be None)."""
+    if min is None and max is None:
+        raise ValueError("clamp needs at least one of min and max")
+    return Clamp.apply(x, min, max)
+
+
+def neg(x):
+    return Neg.apply(x)
+
+
+def exp(x):
+    return Exp.apply(x)
+
+
+def log(x):
+    return Log.apply(x)
+
+
+def sqrt(x):
+    return Sqrt.apply(x)
+
+
+def abs(x):
+    return Abs.apply(x)
+
+
+def tanh(x):
+    return Tanh.apply(x)
+
+
+def sigmoid(x):
+    return Sigmoid.apply(x)
+
+
+def relu(x):
+    return Relu.apply(x)
+
+
+def to_args(args, dtype=None, device=None):
+    """(dtype, device) from the arguments of tensor.to / module.to: ("cuda"), (float64), (device=..., dtype=...).
+    A string that is no dtype name is a device (an unknown one raises, naming the devices there are)."""
+    for arg in args:
+        if isinstance(arg, str) and not _is_dtype_name(arg):
+            device = arg
+        else:
+            dtype = arg
+    return dtype, None if device is None else check_device(device)
+
+
+def _is_dtype_name(name):
+    try:
+        backend.numpy.dtype(name)
+        return True
+    except TypeError:
+        return False
+
+
+def to(x, *args, dtype=None, device=None):
+    """x.to("cuda"), x.to(float64), x.to(device=..., dtype=...): differentiable moves and casts."""
+    dtype, device = to_args(args, dtype, device)
+    if device is not None and device != x.device:
+        x = ToDevice.apply(x, device)
+    if dtype is not None and xp_of(x.array).dtype(dtype) != x.dtype:
+        x = Cast.apply(x, xp_of(x.array).dtype(dtype))
+    return x

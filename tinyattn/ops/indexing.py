@@ -1,0 +1,164 @@
+"""Indexing and selecting, forward beside backward: x[index], writing into x[index], where, masked_fill, index_add,
+and keeping a triangle."""
+import builtins
+
+from ..backend import broadcast_shapes, scatter_add, xp_of
+from ..tensor import Function, Tensor, as_array
+from .promotion import result_dtype
+
+
+def check_broadcasts_to(shape, target, what):
+    """An error naming both shapes unless an array of shape broadcasts to target without changing it."""
+    try:
+        fits = broadcast_shapes(shape, target) == tuple(target)
+    except ValueError:
+        fits = False
+    if not fits:
+        raise RuntimeError(f"{what} of shape {tuple(shape)} does not broadcast to shape {tuple(target)}")
+
+
+def _raw_index(index, xp):
+    """Tensors and lists inside an index become arrays of the indexed tensor's module."""
+    def raw(part):
+        if isinstance(part, Tensor):
+            return part.array
+        if isinstance(part, list):
+            return xp.asarray(part)
+        return part
+    return tuple(raw(p) for p in index) if isinstance(index, tuple) else raw(index)
+
+
+class GetItem(Function):
+    @staticmethod
+    def forward(ctx, x, index):
+        ctx.shape, ctx.dtype, ctx.index = x.shape, x.dtype, index
+        return x[index]
+
+    @staticmethod
+    def backward(ctx, grad):
+        xp = xp_of(grad)
+        full = xp.zeros(ctx.shape, dtype=grad.dtype)
+        parts = ctx.index if isinstance(ctx.index, tuple) else (ctx.index,)
+        integer_arrays = any(hasattr(p, "dtype") and p.dtype.kind in "iu" for p in parts)
+        if integer_arrays:
+            scatter_add(full, ctx.index, grad)  # repeated indices must add up
+        else:
+            full[ctx.index] = grad
+        return full, None
+
+
+class IndexPut(Function):
+    """out = x with out[index] = values (what x[index] = values does, out of place); the gradient of x is zero
+    where values went, and values get the gradient of the places they went to."""
+
+    @staticmethod
+    def forward(ctx, x, values, index):
+        ctx.index = index
+        out = x.copy()
+        out[index] = values
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad_x = grad.copy()
+        grad_x[ctx.index] = 0
+        return grad_x, grad[ctx.index], None
+
+
+class Where(Function):
+    @staticmethod
+    def forward(ctx, condition, a, b):
+        ctx.save_for_backward(condition)
+        return xp_of(a).where(condition, a, b)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (condition,) = ctx.saved_tensors
+        xp = xp_of(grad)
+        zero = xp.zeros((), dtype=grad.dtype)
+        return None, xp.where(condition, grad, zero), xp.where(condition, zero, grad)
+
+
+class MaskedFill(Function):
+    @staticmethod
+    def forward(ctx, x, mask, value):
+        xp = xp_of(x)
+        ctx.save_for_backward(mask)
+        return xp.where(mask, xp.asarray(value, dtype=x.dtype), x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (mask,) = ctx.saved_tensors
+        xp = xp_of(grad)
+        return xp.where(mask, xp.zeros((), dtype=grad.dtype), grad), None, None
+
+
+class IndexAdd(Function):
+    """out = x, then out[index[i]] += source[i] along dim 0; repeated indices add up (torch.index_add)."""
+
+    @staticmethod
+    def forward(ctx, x, index, source):
+        ctx.save_for_backward(index)
+        out = x.copy()
+        scatter_add(out, index, source)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        (index,) = ctx.saved_tensors
+        return grad, None, grad[index]
+
+
+def getitem(x, index):
+    return GetItem.apply(x, _raw_index(index, xp_of(x.array)))
+
+
+def index_put(x, index, values):
+    """x with x[index] replaced by values, out of place and differentiable in both."""
+    from .elementwise import cast
+    return IndexPut.apply(x, cast(values, x.dtype, x), _raw_index(index, xp_of(x.array)))
+
+
+def where(condition, input, other):
+    """input where condition is True, else other (tensors or numbers, promoted to one dtype as in PyTorch)."""
+    from .elementwise import cast
+    condition = as_array(condition)
+    if condition.dtype != bool:
+        raise TypeError(f"where needs a boolean condition, got dtype {condition.dtype}")
+    like = input if isinstance(input, Tensor) else other
+    dtype = result_dtype(input, other)
+    return Where.apply(condition, cast(input, dtype, like), cast(other, dtype, like))
+
+
+def masked_fill(x, mask, value):
+    mask = as_array(mask)
+    if mask.dtype != bool:
+        raise TypeError(f"masked_fill needs a boolean mask, got dtype {mask.dtype}")
+    try:
+        broadcast_shapes(mask.shape, x.shape)
+    except ValueError:
+        raise RuntimeError(f"masked_fill: a mask of shape {mask.shape} and a tensor of shape {x.shape} do not "
+                           "broadcast together") from None
+    return MaskedFill.apply(x, mask, builtins.float(as_array(value)))
+
+
+def index_add(x, dim, index, source):
+    """x with source's rows added at index along dim 0 (the only dim supported), differentiable in x and source."""
+    if dim != 0:
+        raise ValueError("index_add supports dim=0")
+    return IndexAdd.apply(x, as_array(index), source)
+
+
+def _triangle(x, keep):
+    """x with zeros outside the triangle that keep marks in its last two dims."""
+    return MaskedFill.apply(x, ~keep(xp_of(x.array).ones(x.shape[-2:], dtype=bool)), 0.0)
+
+
+def tril(x, diagonal=0):
+    """Keep the lower triangle (j <= i + diagonal) of the last two dims, zeros elsewhere."""
+    return _triangle(x, lambda ones: xp_of(ones).tril(ones, diagonal))
+
+
+def triu(x, diagonal=0):
+    """Keep the upper triangle (j >= i + diagonal) of the last two dims, zeros elsewhere."""
+    return _triangle(x, lambda ones: xp_of(ones).triu(ones, diagonal))

@@ -1,0 +1,159 @@
+"""Reductions, forward beside backward: sum, mean, var, max and min (over everything or along a dim), arg max/min."""
+import builtins
+import math
+
+from ..backend import xp_of
+from ..tensor import Function, Tensor
+from .dims import dim_index, dim_indices
+
+
+def _restore_reduced(grad, shape, axes, keepdim):
+    """Broadcast the gradient of a reduction back over the axes it reduced."""
+    xp = xp_of(grad)
+    if axes is not None and not keepdim:
+        grad = xp.expand_dims(grad, axes)
+    return xp.broadcast_to(grad, shape)
+
+
+def _count(shape, axes):
+    return math.prod(shape) if axes is None else math.prod(shape[a] for a in axes)
+
+
+class Sum(Function):
+    @staticmethod
+    def forward(ctx, x, axes, keepdim):
+        ctx.shape, ctx.axes, ctx.keepdim = x.shape, axes, keepdim
+        return x.sum(axis=axes, keepdims=keepdim)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _restore_reduced(grad, ctx.shape, ctx.axes, ctx.keepdim), None, None
+
+
+class Mean(Function):
+    @staticmethod
+    def forward(ctx, x, axes, keepdim):
+        ctx.shape, ctx.axes, ctx.keepdim = x.shape, axes, keepdim
+        return x.mean(axis=axes, keepdims=keepdim)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _restore_reduced(grad / _count(ctx.shape, ctx.axes), ctx.shape, ctx.axes, ctx.keepdim), None, None
+
+
+class Var(Function):
+    """Variance with Bessel's correction by default (correction=1), as torch.var."""
+
+    @staticmethod
+    def forward(ctx, x, axes, keepdim, correction):
+        centred = x - x.mean(axis=axes, keepdims=True)
+        ctx.save_for_backward(centred)
+        ctx.axes, ctx.keepdim = axes, keepdim
+        ctx.denominator = builtins.max(_count(x.shape, axes) - correction, 0)
+        return (centred * centred).sum(axis=axes, keepdims=keepdim) / ctx.denominator
+
+    @staticmethod
+    def backward(ctx, grad):
+        (centred,) = ctx.saved_tensors
+        grad = _restore_reduced(grad, centred.shape, ctx.axes, ctx.keepdim) * centred * (2 / ctx.denominator)
+        return grad, None, None, None
+
+
+class TakeAlongDim(Function):
+    """x's values at given indices along one dim (max or min picks them); the gradient goes back to those indices."""
+
+    @staticmethod
+    def forward(ctx, x, indices, dim, keepdim):
+        xp = xp_of(x)
+        values = xp.take_along_axis(x, xp.expand_dims(indices, dim), axis=dim)
+        ctx.shape, ctx.dim, ctx.keepdim, ctx.indices = x.shape, dim, keepdim, indices
+        return values if keepdim else values.squeeze(dim)
+
+    @staticmethod
+    def backward(ctx, grad):
+        xp = xp_of(grad)
+        positions = xp.arange(ctx.shape[ctx.dim]).reshape((-1,) + (1,) * (len(ctx.shape) - ctx.dim - 1))
+        chosen = positions == xp.expand_dims(ctx.indices, ctx.dim)
+        if not ctx.keepdim:
+            grad = xp.expand_dims(grad, ctx.dim)
+        return xp.where(chosen, grad, xp.zeros((), dtype=grad.dtype)), None, None, None
+
+
+class MaxOrMin(Function):
+    """max (largest=True) or min of all elements. Ties share the gradient evenly; when a NaN is there, the result is
+    NaN and the gradient goes to the NaNs, as in PyTorch."""
+
+    @staticmethod
+    def forward(ctx, x, largest):
+        out = x.max() if largest else x.min()
+        ctx.save_for_backward(x, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, out = ctx.saved_tensors
+        xp = xp_of(x)
+        hits = xp.where(xp.isnan(out), xp.isnan(x), x == out).astype(grad.dtype)
+        return grad * hits / hits.sum(), None
+
+
+def sum(x, dim=None, keepdim=False):
+    return Sum.apply(x, dim_indices(dim, x.ndim), keepdim)
+
+
+def mean(x, dim=None, keepdim=False):
+    if x.dtype.kind != "f":
+        raise RuntimeError(f"mean needs a floating tensor, got dtype {x.dtype} (as PyTorch): use x.float().mean()")
+    return Mean.apply(x, dim_indices(dim, x.ndim), keepdim)
+
+
+def var(x, dim=None, keepdim=False, correction=1, unbiased=None):
+    if unbiased is not None:
+        correction = 1 if unbiased else 0
+    return Var.apply(x, dim_indices(dim, x.ndim), keepdim, correction)
+
+
+class _ValuesIndices(tuple):
+    """(values, indices) as returned by max(dim=...) / min(dim=...), like torch.return_types.max."""
+
+    @property
+    def values(self):
+        return self[0]
+
+    @property
+    def indices(self):
+        return self[1]
+
+
+def _extreme(x, dim, keepdim, largest):
+    if x.numel() == 0:
+        raise RuntimeError(f"{'max' if largest else 'min'} of an empty tensor of shape {x.shape}: there is no value "
+                           "to return (as PyTorch)")
+    if dim is None:
+        return MaxOrMin.apply(x, largest)
+    dim = dim_index(dim, x.ndim)
+    xp = xp_of(x.array)
+    indices = (xp.argmax if largest else xp.argmin)(x.array, axis=dim)
+    values = TakeAlongDim.apply(x, indices, dim, keepdim)
+    return _ValuesIndices((values, Tensor(xp.expand_dims(indices, dim) if keepdim else indices)))
+
+
+def max(x, dim=None, keepdim=False):
+    return _extreme(x, dim, keepdim, largest=True)
+
+
+def min(x, dim=None, keepdim=False):
+    return _extreme(x, dim, keepdim, largest=False)
+
+
+def argmax(x, dim=None, keepdim=False):
+    xp = xp_of(x.array)
+    if dim is None:
+        return Tensor(xp.argmax(x.array))
+    dim = dim_index(dim, x.ndim)
+    out = xp.argmax(x.array, axis=dim)
+    return Tensor(xp.expand_dims(out, dim) if keepdim else out)
+
+
+def argmin(x, dim=None, keepdim=False):
+    return argmax(-x.detach(), dim, keepdim)

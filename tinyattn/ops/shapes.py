@@ -1,0 +1,224 @@
+"""Shapes, forward beside backward: reshape, permute, expand, joining and splitting, repeating and rolling."""
+import builtins
+import itertools
+import math
+
+from ..backend import xp_of
+from ..creation import shape_from_args
+from .dims import dim_index, dim_indices
+from .indexing import GetItem
+from ..tensor import Function
+
+
+class Reshape(Function):
+    @staticmethod
+    def forward(ctx, x, shape):
+        ctx.shape = x.shape
+        return x.reshape(shape)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.reshape(ctx.shape), None
+
+
+class Permute(Function):
+    @staticmethod
+    def forward(ctx, x, dims):
+        ctx.inverse = tuple(sorted(range(len(dims)), key=dims.__getitem__))
+        return x.transpose(dims)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.transpose(ctx.inverse), None
+
+
+class Expand(Function):
+    @staticmethod
+    def forward(ctx, x, shape):
+        return xp_of(x).broadcast_to(x, shape)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None  # the engine sums it back to the input's shape
+
+
+class Contiguous(Function):
+    @staticmethod
+    def forward(ctx, x):
+        return xp_of(x).ascontiguousarray(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+class Cat(Function):
+    @staticmethod
+    def forward(ctx, *arrays, dim=0):
+        ctx.dim = dim
+        ctx.sizes = [a.shape[ctx.dim] for a in arrays]
+        return xp_of(arrays[0]).concatenate(arrays, axis=ctx.dim)
+
+    @staticmethod
+    def backward(ctx, grad):
+        xp = xp_of(grad)
+        bounds = list(itertools.accumulate(ctx.sizes))[:-1]
+        return tuple(xp.split(grad, bounds, axis=ctx.dim))
+
+
+class Stack(Function):
+    @staticmethod
+    def forward(ctx, *arrays, dim=0):
+        ctx.dim = dim
+        return xp_of(arrays[0]).stack(arrays, axis=ctx.dim)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return tuple(grad.take(i, axis=ctx.dim) for i in range(grad.shape[ctx.dim]))
+
+
+class RepeatInterleave(Function):
+    @staticmethod
+    def forward(ctx, x, repeats, dim):
+        ctx.dim, ctx.repeats = dim, repeats
+        return xp_of(x).repeat(x, repeats, axis=ctx.dim)
+
+    @staticmethod
+    def backward(ctx, grad):
+        d = ctx.dim
+        split = grad.shape[:d] + (grad.shape[d] // ctx.repeats, ctx.repeats) + grad.shape[d + 1:]
+        return grad.reshape(split).sum(axis=d + 1), None, None
+
+
+class Roll(Function):
+    """Cyclic shift along dims (torch.roll); the gradient rolls back the other way."""
+
+    @staticmethod
+    def forward(ctx, x, shifts, dims):
+        ctx.shifts, ctx.dims = shifts, dims
+        return xp_of(x).roll(x, shifts, axis=dims)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return xp_of(grad).roll(grad, tuple(-s for s in ctx.shifts), axis=ctx.dims), None, None
+
+
+def reshape(x, *shape):
+    shape = shape_from_args(shape)
+    if shape == x.shape:
+        return x
+    known = math.prod(s for s in shape if s != -1)
+    fits = (shape.count(-1) == 0 and known == x.numel()) or (
+        shape.count(-1) == 1 and known != 0 and x.numel() % known == 0)
+    if not fits:
+        raise RuntimeError(f"shape {shape} is invalid for a tensor of shape {x.shape} ({x.numel()} elements)")
+    return Reshape.apply(x, shape)
+
+
+def permute(x, *dims):
+    dims = tuple(dim_index(d, x.ndim) for d in shape_from_args(dims))
+    if sorted(dims) != list(range(x.ndim)):
+        raise RuntimeError(f"permute needs a permutation of the {x.ndim} dims of shape {x.shape}, got {dims}")
+    return Permute.apply(x, dims)
+
+
+def transpose(x, dim0, dim1):
+    dims = list(range(x.ndim))
+    dim0, dim1 = dim_index(dim0, x.ndim), dim_index(dim1, x.ndim)
+    dims[dim0], dims[dim1] = dims[dim1], dims[dim0]
+    return Permute.apply(x, tuple(dims))
+
+
+def unsqueeze(x, dim):
+    dim = dim_index(dim, x.ndim + 1)
+    return Reshape.apply(x, x.shape[:dim] + (1,) + x.shape[dim:])
+
+
+def squeeze(x, dim=None):
+    dims = range(x.ndim) if dim is None else dim_indices(dim, x.ndim)
+    return Reshape.apply(x, tuple(s for i, s in enumerate(x.shape) if not (i in dims and s == 1)))
+
+
+def flatten(x, start_dim=0, end_dim=-1):
+    start, end = dim_index(start_dim, x.ndim), dim_index(end_dim, x.ndim)
+    if start > end:
+        raise RuntimeError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim} (shape {x.shape})")
+    return Reshape.apply(x, x.shape[:start] + (math.prod(x.shape[start:end + 1]),) + x.shape[end + 1:])
+
+
+def expand(x, *shape):
+    shape = shape_from_args(shape)
+    lead = len(shape) - x.ndim
+    if lead < 0 or any(s not in (-1, x.shape[i - lead]) and x.shape[i - lead] != 1
+                       for i, s in enumerate(shape) if i >= lead):
+        raise RuntimeError(f"cannot expand shape {x.shape} to {shape}: only dims of size 1 grow")
+    shape = tuple(x.shape[i - lead] if s == -1 else s for i, s in enumerate(shape))
+    return Expand.apply(x, shape)
+
+
+def contiguous(x):
+    return Contiguous.apply(x)
+
+
+def cat(tensors, dim=0):
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("cat needs at least one tensor")
+    shapes = [t.shape for t in tensors]
+    d = dim_index(dim, tensors[0].ndim)
+    if any(len(s) != len(shapes[0]) or s[:d] + s[d + 1:] != shapes[0][:d] + shapes[0][d + 1:] for s in shapes):
+        raise RuntimeError(f"cat along dim {dim} needs equal sizes in the other dims, got shapes {shapes}")
+    return Cat.apply(*tensors, dim=d)
+
+
+def stack(tensors, dim=0):
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("stack needs at least one tensor")
+    shapes = {t.shape for t in tensors}
+    if len(shapes) != 1:
+        raise RuntimeError(f"stack needs tensors of one shape, got {sorted(shapes)}")
+    return Stack.apply(*tensors, dim=dim_index(dim, tensors[0].ndim + 1))
+
+
+def repeat_interleave(x, repeats, dim=None):
+    if not isinstance(repeats, builtins.int):
+        raise TypeError("repeat_interleave supports an int number of repeats")
+    if dim is None:
+        x, dim = flatten(x), 0
+    return RepeatInterleave.apply(x, repeats, dim_index(dim, x.ndim))
+
+
+def split(x, split_size_or_sections, dim=0):
+    """Pieces of split_size along dim (the last may be smaller), or pieces of the listed sizes."""
+    dim = dim_index(dim, x.ndim)
+    size = x.shape[dim]
+    if isinstance(split_size_or_sections, builtins.int):
+        step = split_size_or_sections
+        if step <= 0:
+            raise RuntimeError(f"split needs a positive split_size, got {step}")
+        sizes = [builtins.min(step, size - start) for start in range(0, size, step)]
+    else:
+        sizes = list(split_size_or_sections)
+        if builtins.sum(sizes) != size:
+            raise RuntimeError(f"split sizes {sizes} do not add up to dim {dim}'s size {size} (shape {x.shape})")
+    pieces, start = [], 0
+    lead = (slice(None),) * dim
+    for s in sizes:
+        pieces.append(GetItem.apply(x, lead + (slice(start, start + s),)))
+        start += s
+    return tuple(pieces)
+
+
+def chunk(x, chunks, dim=0):
+    if not isinstance(chunks, builtins.int) or chunks <= 0:
+        raise RuntimeError(f"chunk expects `chunks` to be a positive int, got {chunks!r}")
+    return split(x, builtins.max(1, -(-x.shape[dim_index(dim, x.ndim)] // chunks)), dim)
+
+
+def roll(x, shifts, dims):
+    shifts = (shifts,) if isinstance(shifts, builtins.int) else tuple(shifts)
+    dims = (dims,) if isinstance(dims, builtins.int) else tuple(dims)
+    if len(shifts) != len(dims):
+        raise RuntimeError(f"roll needs one shift per dim, got shifts {shifts} and dims {dims}")
+    return Roll.apply(x, shifts, tuple(dim_index(d, x.ndim) for d in dims))
