@@ -1,20 +1,35 @@
 """tinyattn: attention and Transformers from scratch on NumPy, with CuPy as a drop-in GPU backend."""
 from . import backend
-from .backend import (bool_, cuda_is_available, float16, float32, float64, int32, int64, manual_seed,
-                      set_default_device)
+from .backend import (bool_, cuda_is_available, device, float16, float32, float64, int8, int16, int32, int64,
+                      manual_seed, set_default_device, uint8)
+from .backend import bool_ as bool  # noqa: A001 (PyTorch's names: ta.bool, ta.float, ta.long, ...)
 from .backend import default_device as get_default_device
-from .creation import (arange, as_tensor, eye, full, ones, ones_like, rand, randint, randn, randperm, tensor,
-                       zeros, zeros_like)
-from .ops import (abs, argmax, argmin, cat, chunk, exp, flatten, log, matmul, max, maximum, mean, min, permute,
-                  relu, repeat_interleave, reshape, roll, sigmoid, split, sqrt, squeeze, stack, sum, tanh, transpose,
-                  tril, triu, unsqueeze, var, where)
-from .tensor import Function, Tensor, enable_grad, is_grad_enabled, no_grad
+from .backend import float16 as half, float32 as float, float64 as double, int32 as int, int64 as long  # noqa: A001
+from . import compat
+from .compat import compile
+from .creation import (BoolTensor, FloatTensor, LongTensor, arange, as_tensor, empty, empty_like, eye, from_numpy,
+                       full, full_like, get_default_dtype, is_tensor, multinomial, numel, ones, ones_like, rand,
+                       rand_like, randint, randn, randn_like, randperm, set_default_dtype, tensor, zeros, zeros_like)
+from .ops import (abs, all, allclose, any, argmax, argmin, argsort, bmm, cat, chunk, clamp, clone, cos, cumsum,
+                  einsum, exp, flatten, flip, gather, isfinite, isinf, isnan, log, matmul, max, maximum, mean,
+                  meshgrid, min, minimum, nonzero, norm, permute, relu, repeat_interleave, reshape, roll, rsqrt,
+                  scatter, sigmoid, sin, sort, split, sqrt, squeeze, stack, std, sum, tanh, topk, transpose, tril,
+                  triu, unbind, unsqueeze, var, where)
+from .tensor import (Function, Tensor, enable_grad, inference_mode, is_grad_enabled, no_grad,
+                     set_grad_enabled)
 from . import cpu
 from .cpu import get_num_threads, set_num_threads
 from . import functional
 from .functional import log_softmax, reference, softmax
 from .gradcheck import GradcheckError, gradcheck
 from . import nn, optim
+from . import einops_backend
 from .serialization import CheckpointError, load, save
+from . import cuda
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    """A PyTorch name that has no place on NumPy (bfloat16, distributed, ...) raises, saying why."""
+    raise compat.unavailable(name)

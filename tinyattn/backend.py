@@ -28,6 +28,37 @@ def _load_cupy():
     return _cupy
 
 
+class device:
+    """A device, as torch.device: device("cuda"), device("cuda:0"), device("cpu"). It equals the string that names it
+    (a tensor's .device == "cpu" holds), and "cuda" equals "cuda:0" (there is one GPU here)."""
+
+    def __init__(self, type, index=None):
+        if isinstance(type, device):
+            type, index = type.type, type.index if index is None else index
+        name, _, number = str(type).partition(":")
+        self.type = check_device(name)
+        self.index = int(number) if number else index
+
+    def __str__(self):
+        return self.type if self.index is None else f"{self.type}:{self.index}"
+
+    def __repr__(self):
+        return f"device(type='{self.type}'" + ("" if self.index is None else f", index={self.index}") + ")"
+
+    def __eq__(self, other):
+        if isinstance(other, str):
+            try:
+                other = device(other)
+            except RuntimeError:
+                return False
+        if not isinstance(other, device):
+            return NotImplemented
+        return self.type == other.type and (self.index is None or other.index is None or self.index == other.index)
+
+    def __hash__(self):
+        return hash(self.type)
+
+
 def cuda_is_available():
     """True when CuPy imports and sees at least one GPU."""
     try:
@@ -74,6 +105,7 @@ def xp_of(array):
 
 
 def device_of(array):
+    """The device name of an array: 'cuda' or 'cpu'."""
     return "cuda" if is_cupy_array(array) else "cpu"
 
 
@@ -132,3 +164,4 @@ def generator(device):
 # dtype names as PyTorch spells them (NumPy and CuPy share NumPy's dtype objects)
 float32, float64, float16 = numpy.dtype("float32"), numpy.dtype("float64"), numpy.dtype("float16")
 int64, int32, bool_ = numpy.dtype("int64"), numpy.dtype("int32"), numpy.dtype("bool")
+int16, int8, uint8 = numpy.dtype("int16"), numpy.dtype("int8"), numpy.dtype("uint8")

@@ -70,17 +70,74 @@ def ones(*size, dtype=None, device=None, requires_grad=False):
     return Tensor(backend.xp_for(_resolve(device)).ones(shape_from_args(size), dtype=_dtype(dtype)), requires_grad)
 
 
+def empty(*size, dtype=None, device=None, requires_grad=False):
+    """Uninitialised values (whatever the memory held), as torch.empty."""
+    return Tensor(backend.xp_for(_resolve(device)).empty(shape_from_args(size), dtype=_dtype(dtype)), requires_grad)
+
+
 def full(size, fill_value, dtype=None, device=None, requires_grad=False):
-    xp = backend.xp_for(_resolve(device))
-    return Tensor(xp.full(tuple(size), fill_value, dtype=_dtype(dtype)), requires_grad)
+    """Every element fill_value; without a dtype, bool, int64 or the default float dtype as the value is."""
+    if dtype is None:
+        dtype = backend.bool_ if isinstance(fill_value, bool) else backend.int64 if isinstance(fill_value, int) \
+            else None
+    size = (size,) if isinstance(size, int) else tuple(size)
+    return Tensor(backend.xp_for(_resolve(device)).full(size, fill_value, dtype=_dtype(dtype)), requires_grad)
 
 
-def zeros_like(t, dtype=None):
-    return Tensor(backend.xp_of(t.array).zeros(t.shape, dtype=dtype or t.dtype))
+def _like(t, dtype, device):
+    return dict(dtype=dtype or t.dtype, device=device or str(t.device))
 
 
-def ones_like(t, dtype=None):
-    return Tensor(backend.xp_of(t.array).ones(t.shape, dtype=dtype or t.dtype))
+def zeros_like(t, dtype=None, device=None, requires_grad=False):
+    return zeros(t.shape, **_like(t, dtype, device), requires_grad=requires_grad)
+
+
+def ones_like(t, dtype=None, device=None, requires_grad=False):
+    return ones(t.shape, **_like(t, dtype, device), requires_grad=requires_grad)
+
+
+def empty_like(t, dtype=None, device=None, requires_grad=False):
+    return empty(t.shape, **_like(t, dtype, device), requires_grad=requires_grad)
+
+
+def full_like(t, fill_value, dtype=None, device=None, requires_grad=False):
+    return full(t.shape, fill_value, **_like(t, dtype, device), requires_grad=requires_grad)
+
+
+def randn_like(t, dtype=None, device=None, requires_grad=False):
+    return randn(t.shape, **_like(t, dtype, device), requires_grad=requires_grad)
+
+
+def rand_like(t, dtype=None, device=None, requires_grad=False):
+    return rand(t.shape, **_like(t, dtype, device), requires_grad=requires_grad)
+
+
+def from_numpy(array):
+    """A tensor sharing a NumPy array's memory (changing one changes the other), as torch.from_numpy."""
+    if not isinstance(array, numpy.ndarray):
+        raise TypeError(f"from_numpy expects a NumPy array, got {type(array).__name__}")
+    return Tensor(array)
+
+
+def is_tensor(obj):
+    return isinstance(obj, Tensor)
+
+
+def numel(t):
+    return t.numel()
+
+
+def LongTensor(data):
+    """PyTorch's legacy constructor: tensor(data, dtype=int64)."""
+    return tensor(data, dtype=backend.int64)
+
+
+def FloatTensor(data):
+    return tensor(data, dtype=backend.float32)
+
+
+def BoolTensor(data):
+    return tensor(data, dtype=backend.bool_)
 
 
 def arange(start, end=None, step=1, dtype=None, device=None):
@@ -113,6 +170,30 @@ def randint(low, high=None, size=(), dtype=None, device=None):
     device = _resolve(device)
     array = backend.generator(device).integers(low, high, size=tuple(size))
     return Tensor(array.astype(_dtype(dtype, backend.int64)))
+
+
+def multinomial(input, num_samples, replacement=False):
+    """Draw num_samples category indices per row of input (weights, not necessarily normalised), as
+    torch.multinomial, from the seeded generator of input's device. Without replacement each row's draws differ
+    (the Gumbel top-k trick: the k largest of log w + Gumbel noise are a draw without replacement)."""
+    weights = input.array
+    xp = backend.xp_of(weights)
+    rows = weights.reshape(-1, weights.shape[-1]).astype(backend.float64)
+    if rows.size and (bool((rows < 0).any()) or not bool(xp.isfinite(rows).all())):
+        raise RuntimeError("multinomial: probabilities must be finite and non-negative")
+    if not replacement and num_samples > rows.shape[1]:
+        raise RuntimeError(f"multinomial: cannot draw {num_samples} samples without replacement from "
+                           f"{rows.shape[1]} categories")
+    rng = backend.generator(input.device.type)
+    if replacement:
+        cdf = xp.cumsum(rows, axis=1)
+        draws = rng.random((rows.shape[0], num_samples)) * cdf[:, -1:]
+        picks = xp.stack([xp.searchsorted(c, d, side="right") for c, d in zip(cdf, draws)])
+    else:
+        with numpy.errstate(divide="ignore"):
+            keys = xp.log(rows) - xp.log(-xp.log(rng.random(rows.shape)))
+        picks = xp.argsort(-keys, axis=1)[:, :num_samples]
+    return Tensor(picks.reshape(weights.shape[:-1] + (num_samples,)).astype(backend.int64))
 
 
 def randperm(n, device=None):

@@ -10,14 +10,19 @@ attached by ``tinyattn.ops``.
 import contextlib
 import threading
 
-from . import backend
+from . import backend, printing
 
-_this_thread = threading.local()        # .grad_modes: this thread's stack of grad modes (PyTorch's are per thread too)
+_this_thread = threading.local()        # .grad_modes: this thread's grad modes, the innermost last
+
+
+def _grad_modes():
+    if not hasattr(_this_thread, "grad_modes"):
+        _this_thread.grad_modes = [True]
+    return _this_thread.grad_modes
 
 
 def is_grad_enabled():
-    modes = getattr(_this_thread, "grad_modes", None)
-    return modes[-1] if modes else True
+    return _grad_modes()[-1]
 
 
 class _GradMode(contextlib.ContextDecorator):
@@ -28,12 +33,10 @@ class _GradMode(contextlib.ContextDecorator):
         self.enabled = enabled
 
     def __enter__(self):
-        if not hasattr(_this_thread, "grad_modes"):
-            _this_thread.grad_modes = []
-        _this_thread.grad_modes.append(self.enabled)
+        _grad_modes().append(self.enabled)
 
     def __exit__(self, *exc):
-        _this_thread.grad_modes.pop()
+        _grad_modes().pop()
 
 
 def no_grad():
@@ -42,6 +45,31 @@ def no_grad():
 
 def enable_grad():
     return _GradMode(True)
+
+
+def inference_mode(mode=True):
+    """PyTorch's faster no_grad; here exactly no_grad (inference_mode(False) records as usual)."""
+    return _GradMode(not mode)
+
+
+class set_grad_enabled(contextlib.ContextDecorator):
+    """set_grad_enabled(False) switches recording off in this thread at once; used with `with` (or as a decorator)
+    it also switches it back afterwards, as torch.set_grad_enabled."""
+
+    def __init__(self, mode):
+        self.previous = is_grad_enabled()
+        _grad_modes()[-1] = bool(mode)
+        self.mode = bool(mode)
+
+    def __call__(self, function):          # as a decorator: the switch happens at each call, not now
+        _grad_modes()[-1] = self.previous
+        return super().__call__(function)
+
+    def __enter__(self):
+        _grad_modes()[-1] = self.mode
+
+    def __exit__(self, *exc):
+        _grad_modes()[-1] = self.previous
 
 
 class Context:
@@ -62,14 +90,14 @@ class Context:
 class Node:
     """One recorded Function call: the backward step that leads from its output to its inputs."""
 
-    __slots__ = ("function", "ctx", "inputs", "input_shapes", "saved_versions")
+    __slots__ = ("function", "ctx", "inputs", "saved_versions", "output_shape", "output_dtype")
 
-    def __init__(self, function, ctx, inputs, saved_versions):
+    def __init__(self, function, ctx, inputs, saved_versions, output):
         self.function = function
         self.ctx = ctx
         self.inputs = inputs  # a Tensor or None per positional argument of forward
-        self.input_shapes = [None if t is None else t.shape for t in inputs]
         self.saved_versions = saved_versions  # (version counter, its value then, what) for the saved memory
+        self.output_shape, self.output_dtype = output.shape, output.dtype  # what the call made, for a picture
 
     def input_gradients(self, grad):
         """(input, its gradient) for every input that wants one, each reduced to that input's shape and dtype."""
@@ -98,6 +126,34 @@ class Node:
     def release(self):
         """Free what forward saved (backward through this node again then raises)."""
         self.ctx = None
+
+    def name(self):
+        return f"{self.function.__name__}Backward"
+
+    @property
+    def next_functions(self):
+        """(node, 0) for each input, as PyTorch's: the input's own node, an AccumulateGrad for a leaf that requires
+        grad (where its .grad is filled in), None for an input that needs no gradient."""
+        return tuple((t._node or AccumulateGrad(t) if t.requires_grad else None, 0)
+                     for t in self.inputs if t is not None)
+
+    def __repr__(self):
+        return f"<{self.name()} object>"
+
+
+class AccumulateGrad:
+    """Where the backward walk ends for a leaf tensor: it adds the gradient into variable.grad."""
+
+    next_functions = ()
+
+    def __init__(self, variable):
+        self.variable = variable
+
+    def name(self):
+        return "AccumulateGrad"
+
+    def __repr__(self):
+        return "<AccumulateGrad object>"
 
 
 def _is_float(dtype):
@@ -151,7 +207,12 @@ class Tensor:
 
     @property
     def device(self):
-        return backend.device_of(self.array)
+        """Where the tensor lives, a tinyattn.device (it equals "cpu" or "cuda", as strings, too)."""
+        return backend.device("cuda", 0) if backend.is_cupy_array(self.array) else backend.device("cpu")
+
+    @property
+    def is_cuda(self):
+        return backend.is_cupy_array(self.array)
 
     @property
     def ndim(self):
@@ -172,7 +233,8 @@ class Tensor:
 
     @property
     def grad_fn(self):
-        return None if self._node is None else self._node.function
+        """The recorded call that made this tensor (None for a leaf); its next_functions lead to its inputs'."""
+        return self._node
 
     def dim(self):
         return self.array.ndim
@@ -187,18 +249,39 @@ class Tensor:
         return self.shape[0]
 
     def __repr__(self):
-        body = repr(self.numpy()).replace("array", "tensor", 1)
-        extras = [f"device='{self.device}'"] if self.device != "cpu" else []
+        extras = [] if self.device == "cpu" else [f"device='{self.device}'"]
         if self._node is not None:
-            extras.append(f"grad_fn=<{self._node.function.__name__}>")
+            extras.append(f"grad_fn=<{self._node.name()}>")
         elif self.requires_grad:
             extras.append("requires_grad=True")
-        return body[:-1] + "".join(", " + e for e in extras) + ")" if extras else body
+        return printing.tensor_repr(self.array, self.dtype.name, extras)
+
+    def __format__(self, spec):
+        """f"{loss:.4f}" formats a one-element tensor as its number, as in PyTorch."""
+        return format(self.item(), spec) if self.array.size == 1 and spec else repr(self) if not spec else \
+            format(repr(self), spec)
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __index__(self):
+        if self.dtype.kind not in "iu":
+            raise TypeError(f"only integer tensors of one element can be used as an index, got dtype {self.dtype}")
+        return int(self.item())
+
+    def __array__(self, dtype=None, copy=None):
+        """np.asarray(tensor) gives its values as a NumPy array (a copy from the GPU)."""
+        values = backend.to_host(self.array)
+        return values if dtype is None else values.astype(dtype)
 
     # -- leaving the graph or the device ------------------------------------------------------
     def numpy(self):
-        """A host NumPy copy of the data (transfers from the GPU)."""
-        return backend.to_host(self.array).copy()
+        """Its values as a NumPy array: on the CPU the tensor's own memory, as in PyTorch (changing one changes the
+        other); on the GPU a copy on the host."""
+        return backend.to_host(self.array)
 
     def item(self):
         if self.array.size != 1:
@@ -327,7 +410,7 @@ class Function:
         if is_grad_enabled() and any(ctx.needs_input_grad) and _is_float(output.dtype):
             result.requires_grad = True
             result._node = Node(cls, ctx, [a if isinstance(a, Tensor) else None for a in args],
-                                _saved_versions(ctx.saved_tensors, tensors, result))
+                                _saved_versions(ctx.saved_tensors, tensors, result), result)
         return result
 
 

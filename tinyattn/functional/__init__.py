@@ -6,7 +6,7 @@ embedding.py, normalization.py, activations.py, dropout.py, recurrent.py (the GR
 (scaled dot-product), additive_attention.py (Bahdanau), flash_attention.py (+ flash_kernel.py and
 flash_attention.cu, its CUDA kernels); attention_inputs.py holds what the attention functions share.
 """
-from ..ops import relu, sigmoid, tanh
+from ..ops import pad, relu, sigmoid, tanh
 from ..tensor import Tensor
 from .activations import gelu, silu
 from .additive_attention import additive_attention, additive_scores
@@ -14,11 +14,11 @@ from .attention import attention_weights, scaled_dot_product_attention
 from .attention_inputs import causal_mask
 from .conv import conv2d
 from .dropout import dropout
-from .embedding import embedding
+from .embedding import embedding, one_hot
 from .flash_attention import flash_attention
 from .linear import linear
-from .losses import cross_entropy, mse_loss
-from .normalization import layer_norm, rms_norm
+from .losses import binary_cross_entropy_with_logits, cross_entropy, kl_div, mse_loss, nll_loss
+from .normalization import layer_norm, normalize, rms_norm
 from .recurrent import gru_cell
 from .softmax import log_softmax, softmax
 from .twins import reference

@@ -1,7 +1,7 @@
 """embedding: rows of a weight table picked by integer ids, as nn.Embedding."""
 from .. import cpu
 from ..backend import scatter_add, xp_of
-from ..tensor import Function, as_array
+from ..tensor import Function, Tensor, as_array
 from . import twins
 
 
@@ -52,3 +52,16 @@ def embedding(input, weight, padding_idx=None):
         bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
         raise IndexError(f"embedding: id {bad} is out of range for a table of {rows} rows (ids 0..{rows - 1})")
     return twins.implementation("embedding").apply(ids, weight, padding_idx)
+
+
+def one_hot(tensor, num_classes=-1):
+    """Integer class ids as rows of zeros with a 1 at the id (int64), as F.one_hot; num_classes=-1 takes max + 1."""
+    ids = as_array(tensor)
+    if ids.dtype.kind not in "iu":
+        raise TypeError(f"one_hot needs integer ids, got dtype {ids.dtype}")
+    xp = xp_of(ids)
+    if num_classes < 0:
+        num_classes = int(ids.max()) + 1 if ids.size else 0
+    if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= num_classes):
+        raise RuntimeError(f"one_hot: ids must lie in 0..{num_classes - 1}")
+    return Tensor((ids[..., None] == xp.arange(num_classes)).astype("int64"))

@@ -3,7 +3,7 @@ import warnings
 
 from .. import cpu, ops
 from ..backend import xp_of
-from ..tensor import Function, as_array
+from ..tensor import Function, Tensor, as_array
 from . import twins
 from .softmax import log_softmax_array, log_softmax_last
 
@@ -118,10 +118,53 @@ def cross_entropy(input, target, ignore_index=-100, reduction="mean", label_smoo
     return ops.reshape(loss, extra_shape) if reduction == "none" and extra_shape else loss
 
 
+def _reduced(losses, reduction):
+    return {"mean": ops.mean, "sum": ops.sum, "none": lambda x: x}[reduction](losses)
+
+
+def nll_loss(input, target, ignore_index=-100, reduction="mean", weight=None):
+    """-input[n, target[n]] for log-probabilities input (N, C), averaged over the rows whose target is not
+    ignore_index, as F.nll_loss (no class weights here)."""
+    if weight is not None:
+        raise NotImplementedError("nll_loss: class weights are not supported")
+    target = as_array(target)
+    xp = xp_of(target)
+    valid = target != ignore_index
+    picked = ops.gather(input, 1, xp.where(valid, target, 0)[:, None])[:, 0]
+    losses = ops.where(Tensor(valid), -picked, 0.0)
+    if reduction == "mean":
+        return losses.sum() / float(max(int(valid.sum()), 1))
+    return _reduced(losses, reduction)
+
+
+def kl_div(input, target, reduction="mean", log_target=False):
+    """sum of target * (log target - input), input being log-probabilities, as F.kl_div; reduction "batchmean"
+    divides by the batch size (the KL divergence proper), "mean" by the number of elements (PyTorch's default)."""
+    if log_target:
+        pointwise = ops.exp(target) * (target - input)
+    else:
+        pointwise = target * (ops.log(ops.clamp(target, min=1e-38)) - input)   # 0 log 0 counts as 0
+    if reduction == "batchmean":
+        return pointwise.sum() / float(input.shape[0])
+    return _reduced(pointwise, reduction)
+
+
+def binary_cross_entropy_with_logits(input, target, weight=None, reduction="mean", pos_weight=None):
+    """-[t log s(x) + (1 - t) log(1 - s(x))] from logits x, computed stably as max(x, 0) - x t + log(1 + exp(-|x|));
+    pos_weight multiplies the positive term, as in PyTorch."""
+    softplus_neg = ops.log(1 + ops.exp(-ops.abs(input))) + ops.relu(-input)     # log(1 + exp(-x))
+    if pos_weight is None:
+        losses = (1 - target) * input + softplus_neg
+    else:
+        losses = (1 - target) * input + (1 + (pos_weight - 1) * target) * softplus_neg
+    if weight is not None:
+        losses = losses * weight
+    return _reduced(losses, reduction)
+
+
 def mse_loss(input, target, reduction="mean"):
     if tuple(input.shape) != tuple(target.shape):
         warnings.warn(f"mse_loss: a target of shape {tuple(target.shape)} that differs from the input's shape "
                       f"{tuple(input.shape)} broadcasts, which is likely not what you meant (PyTorch warns too)",
                       UserWarning, stacklevel=2)
-    squared = (input - target) ** 2
-    return {"mean": ops.mean, "sum": ops.sum, "none": lambda x: x}[reduction](squared)
+    return _reduced((input - target) ** 2, reduction)

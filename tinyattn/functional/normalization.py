@@ -2,7 +2,7 @@
 versions. Both see x as rows: every leading dim a row, the normalised dims its n_features columns."""
 import math
 
-from .. import cpu
+from .. import cpu, ops
 from ..backend import xp_of
 from ..tensor import Function
 from . import twins
@@ -177,3 +177,8 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
     if eps is None:
         eps = float(xp_of(input.array).finfo(input.dtype).eps)
     return twins.implementation("rms_norm").apply(input, weight, _n_features(input, normalized_shape), eps)
+
+
+def normalize(input, p=2.0, dim=1, eps=1e-12):
+    """input / max(||input||_p over dim, eps), as F.normalize: rows of length 1 (a zero row stays zero)."""
+    return input / ops.maximum(ops.norm(input, p, dim, keepdim=True), eps)

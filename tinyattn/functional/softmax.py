@@ -129,9 +129,12 @@ twins.register("softmax", FastSoftmax, ReferenceSoftmax)
 twins.register("log_softmax", FastLogSoftmax, ReferenceLogSoftmax)
 
 
-def softmax(input, dim=-1):
+def softmax(input, dim=-1, dtype=None):
+    """softmax over dim; dtype casts the input first (as F.softmax's dtype argument)."""
+    input = input if dtype is None else input.to(dtype)
     return twins.implementation("softmax").apply(input, dim_index(dim, input.ndim))
 
 
-def log_softmax(input, dim=-1):
+def log_softmax(input, dim=-1, dtype=None):
+    input = input if dtype is None else input.to(dtype)
     return twins.implementation("log_softmax").apply(input, dim_index(dim, input.ndim))

@@ -54,6 +54,48 @@ def xavier_uniform_(tensor, gain=1.0):
     return uniform_(tensor, -bound, bound)
 
 
+def xavier_normal_(tensor, gain=1.0):
+    fan_out = tensor.shape[0] * math.prod(tensor.shape[2:])
+    return normal_(tensor, 0.0, gain * math.sqrt(2.0 / (fan_in(tensor.shape) + fan_out)))
+
+
+def _kaiming_std(tensor, a, mode, nonlinearity):
+    fan = fan_in(tensor.shape) if mode == "fan_in" else tensor.shape[0] * math.prod(tensor.shape[2:])
+    gain = {"relu": math.sqrt(2.0), "linear": 1.0, "sigmoid": 1.0, "tanh": 5.0 / 3,
+            "leaky_relu": math.sqrt(2.0 / (1 + a * a))}.get(nonlinearity)
+    if gain is None:
+        raise ValueError(f"unknown nonlinearity {nonlinearity!r}")
+    return gain / math.sqrt(fan)
+
+
+def kaiming_normal_(tensor, a=0, mode="fan_in", nonlinearity="leaky_relu"):
+    """N(0, std^2) with std = gain / sqrt(fan) (He et al. 2015), as torch.nn.init.kaiming_normal_."""
+    return normal_(tensor, 0.0, _kaiming_std(tensor, a, mode, nonlinearity))
+
+
+def kaiming_uniform_(tensor, a=0, mode="fan_in", nonlinearity="leaky_relu"):
+    """U(-b, b) with b = sqrt(3) * gain / sqrt(fan), as torch.nn.init.kaiming_uniform_."""
+    bound = math.sqrt(3.0) * _kaiming_std(tensor, a, mode, nonlinearity)
+    return uniform_(tensor, -bound, bound)
+
+
+def constant_(tensor, val):
+    return _fill(tensor, val)
+
+
+def orthogonal_(tensor, gain=1.0):
+    """A (semi-)orthogonal matrix from the QR decomposition of a Gaussian one (Saxe et al. 2013), rows flattened
+    past the first dim, as torch.nn.init.orthogonal_."""
+    rows = tensor.shape[0]
+    cols = math.prod(tensor.shape[1:])
+    xp = backend.xp_for(tensor.device.type)
+    flat = backend.generator(tensor.device.type).standard_normal((max(rows, cols), min(rows, cols)))
+    q, r = xp.linalg.qr(flat)
+    q *= xp.sign(xp.diagonal(r))                              # a uniform draw, not one biased by QR's signs
+    q = q if rows >= cols else q.T
+    return _fill(tensor, gain * q.reshape(tensor.shape))
+
+
 def default_uniform_(tensor, fan):
     """U(-1/sqrt(fan), 1/sqrt(fan)): what PyTorch's Linear, Conv2d and RNN cells start from."""
     bound = 1.0 / math.sqrt(fan) if fan > 0 else 0.0

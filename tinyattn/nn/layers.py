@@ -112,6 +112,42 @@ class Tanh(Module):
         return ops.tanh(x)
 
 
+class Sigmoid(Module):
+    def forward(self, x):
+        return ops.sigmoid(x)
+
+
+class Softmax(Module):
+    def __init__(self, dim=-1):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        return F.softmax(x, self.dim)
+
+    def extra_repr(self):
+        return f"dim={self.dim}"
+
+
+class LogSoftmax(Softmax):
+    def forward(self, x):
+        return F.log_softmax(x, self.dim)
+
+
+class Flatten(Module):
+    """Flatten dims start_dim..end_dim into one (by default every dim but the batch), as nn.Flatten."""
+
+    def __init__(self, start_dim=1, end_dim=-1):
+        super().__init__()
+        self.start_dim, self.end_dim = start_dim, end_dim
+
+    def forward(self, x):
+        return ops.flatten(x, self.start_dim, self.end_dim)
+
+    def extra_repr(self):
+        return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
+
+
 def residual(x, sublayer, norm, prenorm, dropout=0.0, training=False):
     """A sublayer with its residual connection and its norm: x + dropout(sublayer(norm(x))) when prenorm (GPT-2 on,
     trains deep stacks without warm-up), else norm(x + dropout(sublayer(x))) (post-norm, the 2017 Transformer)."""

@@ -3,7 +3,7 @@
 Assigning a Parameter or a Module to an attribute registers it, so parameters(), state_dict() and to() find
 everything without a list kept by hand.
 """
-from collections import OrderedDict
+from collections import OrderedDict, namedtuple
 
 from .. import backend
 from ..ops import to_args
@@ -20,19 +20,55 @@ class Parameter(Tensor):
         return "Parameter containing:\n" + super().__repr__()
 
 
+IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
+
+
+class RemovableHandle:
+    """What register_forward_hook returns: handle.remove() takes the hook off again."""
+
+    def __init__(self, hooks, key):
+        self.hooks, self.key = hooks, key
+
+    def remove(self):
+        self.hooks.pop(self.key, None)
+
+
 class Module:
     def __init__(self):
         object.__setattr__(self, "_parameters", OrderedDict())
         object.__setattr__(self, "_modules", OrderedDict())
         object.__setattr__(self, "_buffers", OrderedDict())
         object.__setattr__(self, "_non_persistent", set())
+        object.__setattr__(self, "_forward_hooks", OrderedDict())
+        object.__setattr__(self, "_forward_pre_hooks", OrderedDict())
         object.__setattr__(self, "training", True)
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f"{type(self).__name__} has no forward()")
 
     def __call__(self, *args, **kwargs):
-        return self.forward(*args, **kwargs)
+        for hook in list(self._forward_pre_hooks.values()):
+            changed = hook(self, args)
+            if changed is not None:
+                args = changed if isinstance(changed, tuple) else (changed,)
+        output = self.forward(*args, **kwargs)
+        for hook in list(self._forward_hooks.values()):
+            changed = hook(self, args, output)
+            if changed is not None:
+                output = changed
+        return output
+
+    def register_forward_hook(self, hook):
+        """hook(module, inputs, output) after every forward (a returned value replaces the output)."""
+        key = object()
+        self._forward_hooks[key] = hook
+        return RemovableHandle(self._forward_hooks, key)
+
+    def register_forward_pre_hook(self, hook):
+        """hook(module, inputs) before every forward (a returned value replaces the inputs)."""
+        key = object()
+        self._forward_pre_hooks[key] = hook
+        return RemovableHandle(self._forward_pre_hooks, key)
 
     # -- registration -------------------------------------------------------------------------
     def __setattr__(self, name, value):
@@ -216,7 +252,7 @@ class Module:
                 data = as_array(value)
                 target.array = backend.to_device(backend.xp_of(data).asarray(data, dtype=target.dtype),
                                                 target.device).copy()
-        return missing, unexpected
+        return IncompatibleKeys(missing, unexpected)
 
     def _state_targets(self):
         for module_name, module in self.named_modules():
@@ -237,19 +273,38 @@ class Module:
         return head + "\n  " + "\n  ".join(lines) + "\n)"
 
 
+def _checked_module(module, container, place):
+    if not isinstance(module, Module):
+        raise TypeError(f"{container} takes tinyattn modules; {place} is a {type(module).__name__}")
+    return module
+
+
 class ModuleList(Module):
     """A list of modules, registered under their positions ("0", "1", ...)."""
 
     def __init__(self, modules=()):
         super().__init__()
-        for module in modules:
-            self.append(module)
+        self.extend(modules)
 
     def append(self, module):
-        setattr(self, str(len(self._modules)), module)
+        setattr(self, str(len(self._modules)), _checked_module(module, type(self).__name__, f"item {len(self)}"))
         return self
 
+    def extend(self, modules):
+        for module in modules:
+            self.append(module)
+        return self
+
+    def insert(self, index, module):
+        modules = list(self._modules.values())
+        modules.insert(index, _checked_module(module, type(self).__name__, f"item {index}"))
+        self._modules.clear()
+        return self.extend(modules)
+
     def __getitem__(self, i):
+        if isinstance(i, slice):
+            return type(self)(list(self._modules.values())[i]) if type(self) is ModuleList else \
+                Sequential(*list(self._modules.values())[i])
         return list(self._modules.values())[i]
 
     def __len__(self):
@@ -260,12 +315,58 @@ class ModuleList(Module):
 
 
 class Sequential(ModuleList):
-    """Modules applied one after the other: Sequential(a, b, c)(x) == c(b(a(x)))."""
+    """Modules applied one after the other: Sequential(a, b, c)(x) == c(b(a(x))); Sequential(OrderedDict(name=a,
+    ...)) names them."""
 
     def __init__(self, *modules):
-        super().__init__(modules)
+        super().__init__()
+        if len(modules) == 1 and isinstance(modules[0], OrderedDict):
+            for name, module in modules[0].items():
+                setattr(self, name, _checked_module(module, "Sequential", f"{name!r}"))
+        else:
+            self.extend(modules)
 
     def forward(self, x):
         for module in self._modules.values():
             x = module(x)
         return x
+
+
+class ModuleDict(Module):
+    """Modules by name, as torch.nn.ModuleDict: registered, so parameters() and state_dict() find them."""
+
+    def __init__(self, modules=None):
+        super().__init__()
+        if modules is not None:
+            self.update(modules)
+
+    def __getitem__(self, name):
+        return self._modules[name]
+
+    def __setitem__(self, name, module):
+        setattr(self, name, _checked_module(module, "ModuleDict", f"{name!r}"))
+
+    def __delitem__(self, name):
+        del self._modules[name]
+
+    def __contains__(self, name):
+        return name in self._modules
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules)
+
+    def keys(self):
+        return self._modules.keys()
+
+    def values(self):
+        return self._modules.values()
+
+    def items(self):
+        return self._modules.items()
+
+    def update(self, modules):
+        for name, module in (modules.items() if hasattr(modules, "items") else modules):
+            self[name] = module

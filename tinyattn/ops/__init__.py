@@ -2,22 +2,27 @@
 
 Every ``forward``/``backward`` works on raw backend arrays and takes its array module from them (``xp_of``), so one
 implementation serves NumPy and CuPy. elementwise.py (arithmetic, one-input math, casts and moves), matmul.py,
-reductions.py, shapes.py, indexing.py, in_place.py (x += y, x[i] = v, x.add_(y), ...); dims.py and promotion.py
+reductions.py, shapes.py, indexing.py, sorting.py, einsum.py, in_place.py (x += y, x[i] = v, x.add_(y), ...); dims.py and promotion.py
 hold PyTorch's rules for dim arguments and result dtypes; methods.py attaches everything to Tensor.
 """
 from .dims import dim_index, dim_indices
-from .elementwise import (Add, Cast, Clamp, Div, Exp, Log, Maximum, Mul, Neg, Pow, PowScalar, Relu, Sigmoid, Sqrt,
-                          Sub, Tanh, ToDevice, abs, add, binary, cast, clamp, div, exp, log, maximum, mul, neg, pow,
-                          relu, sigmoid, sigmoid_array, sqrt, sub, tanh, to, to_args)
+from .einsum import Einsum, einsum
+from .elementwise import (Add, Cast, Clamp, Clone, Cos, Div, Exp, Log, Maximum, Minimum, Mul, Neg, Pow, PowScalar, Relu,
+                          Rsqrt, Sigmoid, Sin, Sqrt, Sub, Tanh, ToDevice, abs, add, allclose, binary, bitwise_and,
+                          bitwise_not, bitwise_or, bitwise_xor, cast, clamp, clone, cos, div, exp, isfinite, isinf,
+                          isnan, log, maximum, minimum, mul, neg, pow, relu, rsqrt, sigmoid, sigmoid_array, sin, sqrt,
+                          sub, tanh, to, to_args)
 from .in_place import change_in_place
-from .indexing import (GetItem, IndexAdd, IndexPut, MaskedFill, Where, getitem, index_add, index_put, masked_fill,
-                       tril, triu, where)
-from .matmul import MatMul, matmul
+from .indexing import (Gather, GetItem, IndexAdd, IndexPut, MaskedFill, Scatter, Where, gather, getitem, index_add,
+                       index_fill, index_put, masked_fill, nonzero, scatter, tril, triu, where)
+from .matmul import MatMul, bmm, matmul
 from .methods import install as _install_methods
 from .promotion import result_dtype
-from .reductions import MaxOrMin, Mean, Sum, TakeAlongDim, Var, argmax, argmin, max, mean, min, sum, var
-from .shapes import (Cat, Contiguous, Expand, Permute, Reshape, RepeatInterleave, Roll, Stack, cat, chunk,
-                     contiguous, expand, flatten, permute, repeat_interleave, reshape, roll, split, squeeze, stack,
-                     transpose, unsqueeze)
+from .reductions import (Cumsum, MaxOrMin, Mean, Norm, Sum, TakeAlongDim, Var, all, any, argmax, argmin, cumsum, max,
+                         mean, min, norm, std, sum, var)
+from .shapes import (Cat, Contiguous, Expand, Flip, Pad, Permute, Repeat, Reshape, RepeatInterleave, Roll, Stack,
+                     cat, chunk, contiguous, expand, flatten, flip, meshgrid, pad, permute, repeat, repeat_interleave,
+                     reshape, roll, split, squeeze, stack, t, transpose, unbind, unsqueeze)
+from .sorting import argsort, sort, topk
 
 _install_methods()

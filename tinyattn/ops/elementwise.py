@@ -5,7 +5,7 @@ import builtins
 from .. import backend
 from ..backend import check_device, device_of, is_array, to_device, xp_of
 from ..creation import get_default_dtype
-from ..tensor import Function, Tensor
+from ..tensor import Function, Tensor, as_array
 from .promotion import result_dtype
 
 
@@ -103,8 +103,22 @@ class Maximum(Function):
     @staticmethod
     def backward(ctx, grad):
         a, b = ctx.saved_tensors
-        share = (a > b) + 0.5 * (a == b)
-        share = share.astype(grad.dtype)
+        share = ((a > b) + 0.5 * (a == b)).astype(grad.dtype)
+        return grad * share, grad * (1 - share)
+
+
+class Minimum(Function):
+    """Elementwise min; a tie sends half the gradient each way (as PyTorch does)."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return xp_of(a).minimum(a, b)
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, b = ctx.saved_tensors
+        share = ((a < b) + 0.5 * (a == b)).astype(grad.dtype)
         return grad * share, grad * (1 - share)
 
 
@@ -155,6 +169,57 @@ class Sqrt(Function):
     def backward(ctx, grad):
         (out,) = ctx.saved_tensors
         return grad / (2 * out)
+
+
+class Sin(Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return xp_of(x).sin(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * xp_of(x).cos(x)
+
+
+class Cos(Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return xp_of(x).cos(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return -grad * xp_of(x).sin(x)
+
+
+class Rsqrt(Function):
+    """1 / sqrt(x); its derivative is -1/2 x^(-3/2) = -out^3 / 2."""
+
+    @staticmethod
+    def forward(ctx, x):
+        out = 1 / xp_of(x).sqrt(x)
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        (out,) = ctx.saved_tensors
+        return grad * -0.5 * out * out * out
+
+
+class Clone(Function):
+    """A copy in memory of its own (what x.clone() gives); the gradient passes through unchanged."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.copy()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
 
 
 class Abs(Function):
@@ -303,6 +368,10 @@ def maximum(a, b):
     return binary(Maximum, a, b)
 
 
+def minimum(a, b):
+    return binary(Minimum, a, b)
+
+
 def clamp(x, min=None, max=None):
     """x limited to [min, max], as torch.clamp (either bound may be None)."""
     if min is None and max is None:
@@ -328,6 +397,55 @@ def sqrt(x):
 
 def abs(x):
     return Abs.apply(x)
+
+
+def sin(x):
+    return Sin.apply(x)
+
+
+def cos(x):
+    return Cos.apply(x)
+
+
+def rsqrt(x):
+    return Rsqrt.apply(x)
+
+
+def clone(x):
+    return Clone.apply(x)
+
+
+# -- no gradient: tests of values, and logic on bool (or bitwise on integer) tensors ------------------------------
+def isnan(x):
+    return Tensor(xp_of(x.array).isnan(x.array))
+
+
+def isinf(x):
+    return Tensor(xp_of(x.array).isinf(x.array))
+
+
+def isfinite(x):
+    return Tensor(xp_of(x.array).isfinite(x.array))
+
+
+def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """Whether a and b agree elementwise within atol + rtol * |b| (a Python bool, as torch.allclose)."""
+    return bool(xp_of(a.array).allclose(a.array, as_array(b), rtol=rtol, atol=atol, equal_nan=equal_nan))
+
+
+def _bitwise(name):
+    """&, |, ^ and ~: logic on bool tensors, bit by bit on integer ones (no gradient)."""
+    def apply(a, b=None):
+        for x in (a, b):
+            if isinstance(x, Tensor) and x.dtype.kind not in "biu":
+                raise TypeError(f"bitwise_{name} needs bool or integer tensors, got dtype {x.dtype}")
+        function = getattr(xp_of(a.array), "invert" if name == "not" else f"bitwise_{name}")
+        return Tensor(function(a.array) if name == "not" else function(a.array, as_array(b)))
+    apply.__name__ = f"bitwise_{name}"
+    return apply
+
+
+bitwise_and, bitwise_or, bitwise_xor, bitwise_not = (_bitwise(n) for n in ("and", "or", "xor", "not"))
 
 
 def tanh(x):

@@ -12,7 +12,7 @@ from .. import backend
 from ..backend import generator, xp_of
 from ..tensor import Tensor, is_grad_enabled, no_grad
 from .elementwise import add, cast, clamp, div, mul, sub
-from .indexing import check_broadcasts_to, index_put, masked_fill
+from .indexing import check_broadcasts_to, index_fill, index_put, masked_fill, scatter
 from .shapes import expand
 
 
@@ -85,6 +85,14 @@ def clamp_(x, min=None, max=None):
 
 def masked_fill_(x, mask, value):
     return change_in_place(x, lambda t: masked_fill(t, mask, value))
+
+
+def scatter_(x, dim, index, src=None, value=None):
+    return change_in_place(x, lambda t, s: scatter(t, dim, index, s, value), src)
+
+
+def index_fill_(x, dim, index, value):
+    return change_in_place(x, lambda t: index_fill(t, dim, index, value))
 
 
 def normal_(x, mean=0.0, std=1.0):

@@ -65,6 +65,53 @@ class IndexPut(Function):
         return grad_x, grad[ctx.index], None
 
 
+def _along(index, dim):
+    """Full index arrays that pick, for every position of index, the element index names along dim."""
+    xp = xp_of(index)
+    grids = list(xp.indices(index.shape, sparse=True))
+    grids[dim] = index
+    return tuple(grids)
+
+
+class Gather(Function):
+    """out[..., i, ...] = x[..., index[..., i, ...], ...] along dim (torch.gather); repeated picks add up their
+    gradients."""
+
+    @staticmethod
+    def forward(ctx, x, index, dim):
+        ctx.shape, ctx.dim = x.shape, dim
+        ctx.save_for_backward(index)
+        return x[_along(index, dim)]
+
+    @staticmethod
+    def backward(ctx, grad):
+        (index,) = ctx.saved_tensors
+        grad_x = xp_of(grad).zeros(ctx.shape, dtype=grad.dtype)
+        scatter_add(grad_x, _along(index, ctx.dim), grad)
+        return grad_x, None, None
+
+
+class Scatter(Function):
+    """out = x, then out[..., index[..., i, ...], ...] = src[..., i, ...] along dim (torch.scatter); the gradient of
+    x is zero where src wrote, src gets the gradient of the places it went to."""
+
+    @staticmethod
+    def forward(ctx, x, index, src, dim):
+        ctx.dim = dim
+        ctx.save_for_backward(index)
+        out = x.copy()
+        out[_along(index, dim)] = src[tuple(slice(0, n) for n in index.shape)] if src.ndim else src
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        (index,) = ctx.saved_tensors
+        places = _along(index, ctx.dim)
+        grad_x = grad.copy()
+        grad_x[places] = 0
+        return grad_x, None, grad[places], None
+
+
 class Where(Function):
     @staticmethod
     def forward(ctx, condition, a, b):
@@ -119,9 +166,57 @@ def index_put(x, index, values):
     return IndexPut.apply(x, cast(values, x.dtype, x), _raw_index(index, xp_of(x.array)))
 
 
-def where(condition, input, other):
-    """input where condition is True, else other (tensors or numbers, promoted to one dtype as in PyTorch)."""
+def gather(x, dim, index):
+    from .dims import dim_index
+    index = _integer_index(index, "gather")
+    dim = dim_index(dim, x.ndim)
+    if index.ndim != x.ndim:
+        raise RuntimeError(f"gather: index of shape {index.shape} needs as many dims as the input {x.shape}")
+    return Gather.apply(x, index, dim)
+
+
+def scatter(x, dim, index, src=None, value=None):
+    """x with src's values (or value) written at index along dim, out of place (torch.scatter)."""
+    from .dims import dim_index
     from .elementwise import cast
+    index = _integer_index(index, "scatter")
+    dim = dim_index(dim, x.ndim)
+    if (src is None) == (value is None):
+        raise TypeError("scatter takes either src or value")
+    return Scatter.apply(x, index, cast(src if src is not None else value, x.dtype, x), dim)
+
+
+def _integer_index(index, caller):
+    index = as_array(index)
+    if index.dtype.kind not in "iu":
+        raise RuntimeError(f"{caller}: index must be an integer tensor, got dtype {index.dtype}")
+    return index
+
+
+def index_fill(x, dim, index, value):
+    """x with the slices at index along dim set to value, out of place (torch.index_fill)."""
+    from .dims import dim_index
+    dim = dim_index(dim, x.ndim)
+    hit = xp_of(x.array).zeros(x.shape[dim], dtype=bool)
+    hit[_integer_index(index, "index_fill")] = True
+    return masked_fill(x, hit.reshape((-1,) + (1,) * (x.ndim - dim - 1)), value)
+
+
+def nonzero(x, as_tuple=False):
+    """The positions of the nonzero elements: an (N, ndim) int64 tensor, or one 1-D tensor per dim (as_tuple)."""
+    xp = xp_of(x.array)
+    places = xp.nonzero(x.array)
+    if as_tuple:
+        return tuple(Tensor(p.astype("int64")) for p in places)
+    return Tensor(xp.stack(places, axis=1).astype("int64") if places else xp.zeros((0, 0), dtype="int64"))
+
+
+def where(condition, input=None, other=None):
+    """input where condition is True, else other (tensors or numbers, promoted to one dtype as in PyTorch);
+    where(condition) alone is nonzero(condition, as_tuple=True)."""
+    from .elementwise import cast
+    if input is None and other is None:
+        return nonzero(condition, as_tuple=True)
     condition = as_array(condition)
     if condition.dtype != bool:
         raise TypeError(f"where needs a boolean condition, got dtype {condition.dtype}")

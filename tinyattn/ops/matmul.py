@@ -59,3 +59,10 @@ def matmul(a, b):
     except ValueError:
         raise RuntimeError(f"matmul: the batch dims of shapes {a.shape} and {b.shape} do not broadcast") from None
     return MatMul.apply(a, b)
+
+
+def bmm(a, b):
+    """Batched matrix product of (B, n, m) and (B, m, p) tensors, as torch.bmm."""
+    if a.ndim != 3 or b.ndim != 3 or a.shape[0] != b.shape[0]:
+        raise RuntimeError(f"bmm needs two 3-D tensors with one batch size, got shapes {a.shape} and {b.shape}")
+    return matmul(a, b)

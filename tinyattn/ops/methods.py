@@ -5,13 +5,16 @@ import operator
 
 from ..tensor import Tensor, as_array
 from . import in_place
-from .elementwise import (abs, add, clamp, div, exp, log, maximum, mul, neg, pow, relu, sigmoid, sqrt, sub, tanh,
-                          to)
-from .indexing import getitem, index_add, masked_fill, tril, triu
-from .matmul import matmul
-from .reductions import argmax, argmin, max, mean, min, sum, var
-from .shapes import (chunk, contiguous, expand, flatten, permute, repeat_interleave, reshape, roll, split, squeeze,
-                     transpose, unsqueeze)
+from .. import creation
+from .elementwise import (abs, add, bitwise_and, bitwise_not, bitwise_or, bitwise_xor, clamp, clone, cos, div, exp,
+                          isfinite, isinf, isnan, log, maximum, minimum, mul, neg, pow, relu, rsqrt, sigmoid, sin,
+                          sqrt, sub, tanh, to)
+from .indexing import gather, getitem, index_add, index_fill, masked_fill, nonzero, scatter, tril, triu
+from .matmul import bmm, matmul
+from .reductions import all, any, argmax, argmin, cumsum, max, mean, min, norm, std, sum, var
+from .shapes import (chunk, contiguous, expand, flatten, flip, permute, repeat, repeat_interleave, reshape, roll,
+                     split, squeeze, t, transpose, unbind, unsqueeze)
+from .sorting import argsort, sort, topk
 
 
 def _reflected(function):
@@ -28,6 +31,19 @@ def _compare(op):
 def _in_place_operator(method):
     """x op= y: the in-place method, returning x itself (so `module.weight *= 0.5` keeps the Parameter)."""
     return lambda self, other: method(self, other)
+
+
+def _type(self, dtype=None):
+    """x.type(dtype) casts; x.type() names the dtype, as PyTorch ("tinyattn.float32")."""
+    return f"tinyattn.{self.dtype.name}" if dtype is None else to(self, dtype)
+
+
+def _new(make):
+    """x.new_zeros(size) and friends: a new tensor with x's dtype and device unless told otherwise."""
+    def new(self, *args, dtype=None, device=None, requires_grad=False):
+        return make(self, *args, dtype=dtype or self.dtype, device=device or str(self.device),
+                    requires_grad=requires_grad)
+    return new
 
 
 def install():
@@ -53,8 +69,25 @@ def install():
         "add_": in_place.add_, "sub_": in_place.sub_, "mul_": in_place.mul_, "div_": in_place.div_,
         "zero_": in_place.zero_, "fill_": in_place.fill_, "copy_": in_place.copy_, "clamp_": in_place.clamp_,
         "masked_fill_": in_place.masked_fill_, "normal_": in_place.normal_, "uniform_": in_place.uniform_,
+        "__and__": bitwise_and, "__or__": bitwise_or, "__xor__": bitwise_xor, "__invert__": bitwise_not,
+        "__rand__": bitwise_and, "__ror__": bitwise_or, "__rxor__": bitwise_xor,
+        "minimum": minimum, "sin": sin, "cos": cos, "rsqrt": rsqrt, "clone": clone, "std": std, "norm": norm,
+        "cumsum": cumsum, "any": any, "all": all, "isnan": isnan, "isinf": isinf, "isfinite": isfinite,
+        "sort": sort, "argsort": argsort, "topk": topk, "gather": gather, "scatter": scatter, "nonzero": nonzero,
+        "index_fill": index_fill, "flip": flip, "repeat": repeat, "unbind": unbind, "t": t, "bmm": bmm,
+        "expand_as": lambda self, other: expand(self, other.shape),
+        "view_as": lambda self, other: reshape(self, other.shape),
+        "reshape_as": lambda self, other: reshape(self, other.shape),
+        "type_as": lambda self, other: to(self, other.dtype), "type": _type,
+        "scatter_": in_place.scatter_, "index_fill_": in_place.index_fill_,
+        "new_zeros": _new(lambda s, *size, **kw: creation.zeros(*size, **kw)),
+        "new_ones": _new(lambda s, *size, **kw: creation.ones(*size, **kw)),
+        "new_empty": _new(lambda s, *size, **kw: creation.empty(*size, **kw)),
+        "new_full": _new(lambda s, size, fill_value, **kw: creation.full(size, fill_value, **kw)),
+        "new_tensor": _new(lambda s, data, **kw: creation.tensor(data, **kw)),
         "float": lambda self: to(self, "float32"), "double": lambda self: to(self, "float64"),
-        "long": lambda self: Tensor(self.array.astype("int64")), "bool": lambda self: Tensor(self.array.astype(bool)),
+        "half": lambda self: to(self, "float16"), "int": lambda self: to(self, "int32"),
+        "long": lambda self: to(self, "int64"), "bool": lambda self: to(self, "bool"),
         "cpu": lambda self: to(self, "cpu"), "cuda": lambda self: to(self, "cuda"),
         "__bool__": lambda self: builtins.bool(self.item()),
         "__hash__": object.__hash__,

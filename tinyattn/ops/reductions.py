@@ -5,6 +5,7 @@ import math
 from ..backend import xp_of
 from ..tensor import Function, Tensor
 from .dims import dim_index, dim_indices
+from .elementwise import maximum, minimum
 
 
 def _restore_reduced(grad, shape, axes, keepdim):
@@ -57,6 +58,50 @@ class Var(Function):
         (centred,) = ctx.saved_tensors
         grad = _restore_reduced(grad, centred.shape, ctx.axes, ctx.keepdim) * centred * (2 / ctx.denominator)
         return grad, None, None, None
+
+
+class Norm(Function):
+    """(sum |x|^p)^(1/p) over axes (p = inf: max |x|); its gradient x |x|^(p-2) / norm^(p-1), and 0 where the norm
+    is 0 (a subgradient, as PyTorch gives, where the formula would be 0/0)."""
+
+    @staticmethod
+    def forward(ctx, x, p, axes, keepdim):
+        xp = xp_of(x)
+        magnitude = xp.abs(x)
+        norm = magnitude.max(axis=axes, keepdims=True) if p == math.inf else \
+            (magnitude ** p).sum(axis=axes, keepdims=True) ** (1.0 / p)
+        ctx.save_for_backward(x, norm)
+        ctx.p, ctx.axes, ctx.keepdim = p, axes, keepdim
+        return norm if keepdim else norm.reshape(tuple(s for i, s in enumerate(norm.shape)
+                                                       if axes is not None and i not in axes))
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, norm = ctx.saved_tensors
+        xp = xp_of(x)
+        grad = grad.reshape(norm.shape)
+        safe = xp.where(norm == 0, xp.ones((), dtype=norm.dtype), norm)
+        if ctx.p == math.inf:
+            hits = (xp.abs(x) == norm).astype(x.dtype)
+            slope = xp.sign(x) * hits / hits.sum(axis=ctx.axes, keepdims=True)
+        else:
+            slope = x * xp.abs(x) ** (ctx.p - 2) / safe ** (ctx.p - 1) if ctx.p != 2 else x / safe
+        return xp.where(norm == 0, xp.zeros((), dtype=x.dtype), grad * slope), None, None, None
+
+
+class Cumsum(Function):
+    """Running sums along a dim; each input element reaches every later sum, so its gradient sums the output
+    gradients from itself to the end (a cumulative sum taken backwards)."""
+
+    @staticmethod
+    def forward(ctx, x, dim):
+        ctx.dim = dim
+        return xp_of(x).cumsum(x, axis=dim)
+
+    @staticmethod
+    def backward(ctx, grad):
+        xp = xp_of(grad)
+        return xp.flip(xp.cumsum(xp.flip(grad, ctx.dim), axis=ctx.dim), ctx.dim), None
 
 
 class TakeAlongDim(Function):
@@ -113,6 +158,31 @@ def var(x, dim=None, keepdim=False, correction=1, unbiased=None):
     return Var.apply(x, dim_indices(dim, x.ndim), keepdim, correction)
 
 
+def std(x, dim=None, keepdim=False, correction=1, unbiased=None):
+    """The square root of var (Bessel's correction by default, as torch.std)."""
+    return var(x, dim, keepdim, correction, unbiased).sqrt()
+
+
+def norm(x, p=2, dim=None, keepdim=False):
+    """The p-norm over dims (all of them by default), as torch.norm; p may be a number, inf or "fro" (= 2)."""
+    p = 2 if p == "fro" else p
+    if not (p == math.inf or (isinstance(p, (int, float)) and p > 0)):
+        raise ValueError(f"norm supports p > 0, inf and 'fro', got {p!r}")
+    return Norm.apply(x, float(p), dim_indices(dim, x.ndim), keepdim)
+
+
+def cumsum(x, dim):
+    return Cumsum.apply(x, dim_index(dim, x.ndim))
+
+
+def any(x, dim=None, keepdim=False):
+    return Tensor(x.array.any(axis=dim_indices(dim, x.ndim), keepdims=keepdim))
+
+
+def all(x, dim=None, keepdim=False):
+    return Tensor(x.array.all(axis=dim_indices(dim, x.ndim), keepdims=keepdim))
+
+
 class _ValuesIndices(tuple):
     """(values, indices) as returned by max(dim=...) / min(dim=...), like torch.return_types.max."""
 
@@ -139,10 +209,16 @@ def _extreme(x, dim, keepdim, largest):
 
 
 def max(x, dim=None, keepdim=False):
+    """The largest element, or (values, indices) along dim; with a tensor second argument, the elementwise max."""
+    if isinstance(dim, Tensor):
+        return maximum(x, dim)
     return _extreme(x, dim, keepdim, largest=True)
 
 
 def min(x, dim=None, keepdim=False):
+    """The smallest element, or (values, indices) along dim; with a tensor second argument, the elementwise min."""
+    if isinstance(dim, Tensor):
+        return minimum(x, dim)
     return _extreme(x, dim, keepdim, largest=False)
 
 

@@ -90,6 +90,48 @@ class RepeatInterleave(Function):
         return grad.reshape(split).sum(axis=d + 1), None, None
 
 
+class Flip(Function):
+    """The order of elements reversed along dims; the gradient flips back."""
+
+    @staticmethod
+    def forward(ctx, x, dims):
+        ctx.dims = dims
+        return xp_of(x).flip(x, dims)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return xp_of(grad).flip(grad, ctx.dims), None
+
+
+class Repeat(Function):
+    """x tiled: repeats[i] copies along each dim (torch's x.repeat, NumPy's tile); every copy's gradient adds up."""
+
+    @staticmethod
+    def forward(ctx, x, repeats):
+        x = x.reshape((1,) * (len(repeats) - x.ndim) + x.shape)
+        ctx.shape = x.shape
+        return xp_of(x).tile(x, repeats)
+
+    @staticmethod
+    def backward(ctx, grad):
+        copies = tuple(g // s for g, s in zip(grad.shape, ctx.shape))
+        blocks = grad.reshape(tuple(n for pair in zip(copies, ctx.shape) for n in pair))   # (r0, s0, r1, s1, ...)
+        return blocks.sum(axis=tuple(range(0, blocks.ndim, 2))), None
+
+
+class Pad(Function):
+    """x with constant borders; the gradient is the middle, cut back out."""
+
+    @staticmethod
+    def forward(ctx, x, widths, value):
+        ctx.middle = tuple(slice(before, before + n) for (before, _), n in zip(widths, x.shape))
+        return xp_of(x).pad(x, widths, constant_values=value)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad[ctx.middle], None, None
+
+
 class Roll(Function):
     """Cyclic shift along dims (torch.roll); the gradient rolls back the other way."""
 
@@ -214,6 +256,62 @@ def chunk(x, chunks, dim=0):
     if not isinstance(chunks, builtins.int) or chunks <= 0:
         raise RuntimeError(f"chunk expects `chunks` to be a positive int, got {chunks!r}")
     return split(x, builtins.max(1, -(-x.shape[dim_index(dim, x.ndim)] // chunks)), dim)
+
+
+def flip(x, dims):
+    dims = (dims,) if isinstance(dims, builtins.int) else tuple(dims)
+    return Flip.apply(x, tuple(dim_index(d, x.ndim) for d in dims))
+
+
+def repeat(x, *repeats):
+    repeats = shape_from_args(repeats)
+    if len(repeats) < x.ndim:
+        raise RuntimeError(f"repeat needs at least as many repeats as the tensor has dims ({x.ndim}), got {repeats}")
+    return Repeat.apply(x, repeats)
+
+
+def unbind(x, dim=0):
+    """The slices along dim, as a tuple of tensors with that dim removed."""
+    dim = dim_index(dim, x.ndim)
+    lead = (slice(None),) * dim
+    return tuple(GetItem.apply(x, lead + (i,)) for i in range(x.shape[dim]))
+
+
+def t(x):
+    """The transpose of a matrix (a tensor of at most 2 dims), as torch.t."""
+    if x.ndim > 2:
+        raise RuntimeError(f"t() expects a tensor of at most 2 dims, got shape {x.shape}: use transpose(d0, d1)")
+    return transpose(x, 0, 1) if x.ndim == 2 else x
+
+
+def meshgrid(*tensors, indexing="ij"):
+    """Coordinate grids from 1-D tensors, as torch.meshgrid (indexing "ij": the first tensor varies along dim 0)."""
+    tensors = list(tensors[0]) if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)) else list(tensors)
+    if indexing not in ("ij", "xy"):
+        raise ValueError(f"indexing must be 'ij' or 'xy', got {indexing!r}")
+    if indexing == "xy" and len(tensors) >= 2:
+        tensors[0], tensors[1] = tensors[1], tensors[0]
+    shape = tuple(t.numel() for t in tensors)
+    grids = [expand(reshape(t, tuple(-1 if i == k else 1 for i in range(len(shape)))), shape)
+             for k, t in enumerate(tensors)]
+    if indexing == "xy" and len(grids) >= 2:                   # "xy": the first two swap roles (rows follow y)
+        grids[0], grids[1] = grids[1], grids[0]
+    return tuple(grids)
+
+
+def pad(x, pad, mode="constant", value=0.0):
+    """torch.nn.functional.pad: pad lists (before, after) widths from the last dim backwards, e.g. (1, 1, 2, 0) pads
+    the last dim by 1 on each side and the one before by 2 at its start. Only mode="constant" (the default)."""
+    if mode != "constant":
+        raise NotImplementedError(f"pad mode {mode!r}: only 'constant' padding is implemented")
+    if len(pad) % 2 or len(pad) // 2 > x.ndim:
+        raise RuntimeError(f"pad needs pairs of widths for at most {x.ndim} dims, got {tuple(pad)}")
+    widths = [(0, 0)] * x.ndim
+    for i in range(len(pad) // 2):
+        widths[x.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1])
+    if builtins.any(w < 0 for pair in widths for w in pair):
+        raise NotImplementedError(f"negative pad widths (cropping) are not supported, got {tuple(pad)}")
+    return Pad.apply(x, tuple(widths), value)
 
 
 def roll(x, shifts, dims):

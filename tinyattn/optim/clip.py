@@ -27,3 +27,11 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0):
     for g in grads:
         g *= scale
     return Tensor(total)
+
+
+def clip_grad_value_(parameters, clip_value):
+    """Clamp every gradient element into [-clip_value, clip_value], in place, as torch.nn.utils.clip_grad_value_."""
+    for p in _parameters(parameters):
+        if p.grad is not None:
+            xp = backend.xp_of(p.grad.array)
+            xp.clip(p.grad.array, -clip_value, clip_value, out=p.grad.array)

@@ -1,26 +1,161 @@
-"""Learning-rate schedules, as torch.optim.lr_scheduler: each sets group["lr"] of its optimizer at every step()."""
+"""Learning-rate schedules, as torch.optim.lr_scheduler: each sets group["lr"] of its optimizer, from the group's
+initial learning rate and the number of step() calls so far (last_epoch), in closed form."""
+import bisect
 import math
 
 
-class LambdaLR:
-    """lr = base_lr * lr_lambda(step) for each group, as torch.optim.lr_scheduler.LambdaLR; call step() per update."""
+class LRScheduler:
+    """The base: base_lrs are the groups' learning rates when the first scheduler was made ("initial_lr"); the
+    constructor applies step 0; call step() after each optimizer.step()."""
 
-    def __init__(self, optimizer, lr_lambda):
-        self.optimizer, self.lr_lambda = optimizer, lr_lambda
-        self.base_lrs = [group["lr"] for group in optimizer.param_groups]
-        self.last_epoch = 0
-        self._apply()
+    def __init__(self, optimizer):
+        self.optimizer = optimizer
+        for group in optimizer.param_groups:
+            group.setdefault("initial_lr", group["lr"])
+        self.base_lrs = [group["initial_lr"] for group in optimizer.param_groups]
+        self.last_epoch = -1
+        self.step()
 
-    def _apply(self):
-        for group, base in zip(self.optimizer.param_groups, self.base_lrs):
-            group["lr"] = base * self.lr_lambda(self.last_epoch)
+    def lrs(self, epoch):
+        """The learning rate of every group at this epoch."""
+        raise NotImplementedError
 
     def step(self):
         self.last_epoch += 1
-        self._apply()
+        for group, lr in zip(self.optimizer.param_groups, self.lrs(self.last_epoch)):
+            group["lr"] = lr
 
     def get_last_lr(self):
         return [group["lr"] for group in self.optimizer.param_groups]
+
+    def state_dict(self):
+        return {key: value for key, value in self.__dict__.items() if key != "optimizer" and not callable(value)}
+
+    def load_state_dict(self, state):
+        self.__dict__.update(state)
+
+
+class LambdaLR(LRScheduler):
+    """lr = base_lr * lr_lambda(epoch)."""
+
+    def __init__(self, optimizer, lr_lambda):
+        self.lr_lambda = lr_lambda
+        super().__init__(optimizer)
+
+    def lrs(self, epoch):
+        return [base * self.lr_lambda(epoch) for base in self.base_lrs]
+
+
+class StepLR(LRScheduler):
+    """lr = base_lr * gamma ** (epoch // step_size)."""
+
+    def __init__(self, optimizer, step_size, gamma=0.1):
+        self.step_size, self.gamma = step_size, gamma
+        super().__init__(optimizer)
+
+    def lrs(self, epoch):
+        return [base * self.gamma ** (epoch // self.step_size) for base in self.base_lrs]
+
+
+class MultiStepLR(LRScheduler):
+    """lr = base_lr * gamma ** (how many milestones epoch has reached)."""
+
+    def __init__(self, optimizer, milestones, gamma=0.1):
+        self.milestones, self.gamma = sorted(milestones), gamma
+        super().__init__(optimizer)
+
+    def lrs(self, epoch):
+        return [base * self.gamma ** bisect.bisect_right(self.milestones, epoch) for base in self.base_lrs]
+
+
+class CosineAnnealingLR(LRScheduler):
+    """lr = eta_min + (base_lr - eta_min) (1 + cos(pi epoch / T_max)) / 2 (PyTorch's closed form)."""
+
+    def __init__(self, optimizer, T_max, eta_min=0.0):
+        self.T_max, self.eta_min = T_max, eta_min
+        super().__init__(optimizer)
+
+    def lrs(self, epoch):
+        return [self.eta_min + (base - self.eta_min) * (1 + math.cos(math.pi * epoch / self.T_max)) / 2
+                for base in self.base_lrs]
+
+
+class LinearLR(LRScheduler):
+    """lr = base_lr * a factor going linearly from start_factor to end_factor over total_iters steps."""
+
+    def __init__(self, optimizer, start_factor=1.0 / 3, end_factor=1.0, total_iters=5):
+        if not 0 < start_factor <= 1 or not 0 <= end_factor <= 1:
+            raise ValueError("start_factor must be in (0, 1] and end_factor in [0, 1]")
+        self.start_factor, self.end_factor, self.total_iters = start_factor, end_factor, total_iters
+        super().__init__(optimizer)
+
+    def lrs(self, epoch):
+        factor = self.start_factor + (self.end_factor - self.start_factor) * min(epoch, self.total_iters) \
+            / self.total_iters
+        return [base * factor for base in self.base_lrs]
+
+
+class SequentialLR(LRScheduler):
+    """schedulers[i] runs from milestones[i - 1] on (counting its own epochs from 0 there)."""
+
+    def __init__(self, optimizer, schedulers, milestones):
+        if len(milestones) != len(schedulers) - 1:
+            raise ValueError(f"SequentialLR needs one milestone fewer than schedulers, got {len(milestones)} for "
+                             f"{len(schedulers)}")
+        self.schedulers, self.milestones = schedulers, list(milestones)
+        super().__init__(optimizer)
+
+    def lrs(self, epoch):
+        i = bisect.bisect_right(self.milestones, epoch)
+        start = self.milestones[i - 1] if i else 0
+        return self.schedulers[i].lrs(epoch - start)
+
+    def state_dict(self):
+        return {**super().state_dict(), "schedulers": [s.state_dict() for s in self.schedulers]}
+
+
+class OneCycleLR(LRScheduler):
+    """The 1cycle policy (Smith & Topin): the learning rate rises from max_lr / div_factor to max_lr over the first
+    pct_start of total_steps, then anneals to that start / final_div_factor; momentum (SGD's momentum, Adam's beta1)
+    moves the other way between max_momentum and base_momentum, as in PyTorch."""
+
+    def __init__(self, optimizer, max_lr, total_steps=None, epochs=None, steps_per_epoch=None, pct_start=0.3,
+                 anneal_strategy="cos", cycle_momentum=True, base_momentum=0.85, max_momentum=0.95, div_factor=25.0,
+                 final_div_factor=1e4):
+        self.total_steps = total_steps or (epochs * steps_per_epoch if epochs and steps_per_epoch else None)
+        if not self.total_steps:
+            raise ValueError("OneCycleLR needs total_steps, or epochs and steps_per_epoch")
+        groups = optimizer.param_groups
+        max_lrs = max_lr if isinstance(max_lr, (list, tuple)) else [max_lr] * len(groups)
+        for group, top in zip(groups, max_lrs):
+            group["initial_lr"] = top / div_factor
+            group["max_lr"], group["min_lr"] = top, group["initial_lr"] / final_div_factor
+        self.peak = float(pct_start * self.total_steps) - 1
+        self.anneal = (lambda start, end, pct: end + (start - end) / 2 * (1 + math.cos(math.pi * pct))) \
+            if anneal_strategy == "cos" else (lambda start, end, pct: start + (end - start) * pct)
+        self.cycle_momentum, self.momenta = cycle_momentum, (max_momentum, base_momentum)
+        super().__init__(optimizer)
+
+    def _phase(self, epoch, start, peak, end):
+        if epoch <= self.peak:
+            return self.anneal(start, peak, epoch / self.peak)
+        return self.anneal(peak, end, (epoch - self.peak) / (self.total_steps - 1 - self.peak))
+
+    def lrs(self, epoch):
+        if epoch > self.total_steps:
+            raise ValueError(f"OneCycleLR stepped {epoch} times for total_steps={self.total_steps}")
+        return [self._phase(epoch, g["initial_lr"], g["max_lr"], g["min_lr"]) for g in self.optimizer.param_groups]
+
+    def step(self):
+        super().step()
+        if self.cycle_momentum:
+            high, low = self.momenta
+            momentum = self._phase(self.last_epoch, high, low, high)
+            for group in self.optimizer.param_groups:
+                if "betas" in group:
+                    group["betas"] = (momentum, group["betas"][1])
+                elif "momentum" in group:
+                    group["momentum"] = momentum
 
 
 def warmup_cosine(warmup_steps, total_steps, min_ratio=0.0):

@@ -1,0 +1,98 @@
+"""torch.nn.MultiheadAttention with PyTorch's own signature, parameter names and mask conventions, so code written
+for it (and its weights) ports as it is. tinyattn's own nn.MultiHeadAttention (attention.py) is the one the models
+use: self- and cross-attention with GQA, a KV cache and the flash path.
+
+PyTorch's conventions here differ from F.scaled_dot_product_attention's: a boolean attn_mask is True where
+attention is NOT allowed, key_padding_mask is True at padding, inputs are (L, N, E) unless batch_first, and the
+forward returns (output, weights) with the weights averaged over heads unless average_attn_weights=False.
+"""
+import math
+
+from .. import functional as F
+from ..tensor import Tensor, as_array
+from . import init
+from .layers import Linear, _parameter
+from .module import Module
+
+
+class MultiheadAttention(Module):
+    def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False, add_zero_attn=False,
+                 kdim=None, vdim=None, batch_first=False):
+        super().__init__()
+        if embed_dim % num_heads:
+            raise ValueError(f"embed_dim {embed_dim} must be divisible by num_heads {num_heads}")
+        if add_bias_kv or add_zero_attn:
+            raise NotImplementedError("add_bias_kv and add_zero_attn are not supported")
+        self.embed_dim, self.num_heads, self.dropout, self.batch_first = embed_dim, num_heads, dropout, batch_first
+        self.kdim, self.vdim = kdim or embed_dim, vdim or embed_dim
+        self.head_dim = embed_dim // num_heads
+        if self.kdim == self.vdim == embed_dim:
+            self.in_proj_weight = init.xavier_uniform_(_parameter(3 * embed_dim, embed_dim))
+        else:
+            self.q_proj_weight = init.xavier_uniform_(_parameter(embed_dim, embed_dim))
+            self.k_proj_weight = init.xavier_uniform_(_parameter(embed_dim, self.kdim))
+            self.v_proj_weight = init.xavier_uniform_(_parameter(embed_dim, self.vdim))
+        self.in_proj_bias = init.zeros_(_parameter(3 * embed_dim)) if bias else None
+        self.out_proj = Linear(embed_dim, embed_dim, bias)
+        if bias:
+            init.zeros_(self.out_proj.bias)
+
+    def _projections(self, query, key, value):
+        e = self.embed_dim
+        weights = (self.in_proj_weight[:e], self.in_proj_weight[e:2 * e], self.in_proj_weight[2 * e:]) \
+            if "in_proj_weight" in self._parameters else (self.q_proj_weight, self.k_proj_weight, self.v_proj_weight)
+        biases = (None,) * 3 if self.in_proj_bias is None else \
+            (self.in_proj_bias[:e], self.in_proj_bias[e:2 * e], self.in_proj_bias[2 * e:])
+        return [F.linear(x, w, b) for x, w, b in zip((query, key, value), weights, biases)]
+
+    def forward(self, query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
+                average_attn_weights=True, is_causal=False):
+        if is_causal and attn_mask is None:
+            raise RuntimeError("is_causal is a hint that attn_mask is the causal mask: pass that mask too (as "
+                               "PyTorch asks)")
+        unbatched = query.ndim == 2
+        if unbatched:
+            query, key, value = (x.unsqueeze(1) for x in (query, key, value))
+        if self.batch_first and not unbatched:
+            query, key, value = (x.transpose(0, 1) for x in (query, key, value))
+        length, batch, _ = query.shape
+        q, k, v = (self._heads(x, batch) for x in self._projections(query, key, value))   # (N, H, L or S, E/H)
+        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim)) + self._bias(
+            attn_mask, key_padding_mask, batch, length, k.shape[2], q)
+        weights = F.dropout(F.softmax(scores, dim=-1), self.dropout, self.training)
+        out = (weights @ v).permute(2, 0, 1, 3).reshape(length, batch, self.embed_dim)
+        out = self.out_proj(out)
+        if self.batch_first and not unbatched:
+            out = out.transpose(0, 1)
+        if unbatched:
+            out, weights = out.squeeze(1), weights.squeeze(0)
+        if not need_weights:
+            return out, None
+        return out, (weights.mean(dim=-3) if average_attn_weights else weights)
+
+    def _heads(self, x, batch):
+        """(length, N, E) -> (N, H, length, E / H)."""
+        return x.reshape(x.shape[0], batch, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
+
+    def _bias(self, attn_mask, key_padding_mask, batch, length, keys, like):
+        """What is added to the scores (N, H, L, S): -inf where a mask forbids, a float attn_mask's values."""
+        bias = 0.0
+        if attn_mask is not None:
+            if attn_mask.ndim == 3:                                              # (N * H, L, S)
+                attn_mask = attn_mask.reshape(batch, self.num_heads, length, keys)
+            bias = bias + self._as_bias(attn_mask, like)
+        if key_padding_mask is not None:
+            pad = as_array(key_padding_mask)
+            if tuple(pad.shape) != (batch, keys) and tuple(pad.shape) != (keys,):
+                raise RuntimeError(f"key_padding_mask must have shape (N, S) = {(batch, keys)}, got {pad.shape}")
+            bias = bias + self._as_bias(pad.reshape(-1, 1, 1, keys), like)
+        return bias
+
+    @staticmethod
+    def _as_bias(mask, like):
+        if mask.dtype == bool:                                                   # True: may NOT attend here
+            return Tensor(F.attention_inputs.additive_mask(~as_array(mask), like.dtype))
+        return mask if isinstance(mask, Tensor) else Tensor(mask)
+
+    def extra_repr(self):
+        return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, batch_first={self.batch_first}"

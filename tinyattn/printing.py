@@ -1,0 +1,36 @@
+"""How a tensor prints: as PyTorch prints one, so that output copied from a PyTorch tutorial reads the same.
+
+tensor([[1.5000, 2.0000]]) for floats (4 decimals, or scientific notation when the values span more than a factor of
+1000 or are very large or small), the dtype shown only when it is not the default of its kind (float32, int64, bool),
+then device, requires_grad or grad_fn. Long tensors are summarised with ... as PyTorch does past 1000 elements.
+"""
+import numpy
+
+from . import backend
+
+_DEFAULTS = ("float32", "int64", "bool")
+
+
+def _float_format(values):
+    finite = numpy.abs(values[numpy.isfinite(values)])
+    nonzero = finite[finite > 0]
+    scientific = nonzero.size and (nonzero.max() / nonzero.min() > 1000 or nonzero.max() >= 1e8
+                                   or nonzero.min() < 1e-4)
+    if scientific:
+        return lambda v: f"{v:.4e}"
+    whole = finite.size and (finite == numpy.round(finite)).all()
+    return (lambda v: f"{v:.0f}.") if whole else (lambda v: f"{v:.4f}")
+
+
+def tensor_repr(array, dtype_name, extras):
+    """The text of tensor(...): the values, then ', dtype=...' if not a default, then extras (strings)."""
+    values = backend.to_host(array)
+    if values.dtype.kind == "f":
+        formatter = {"float_kind": _float_format(values.astype(numpy.float64))}
+    else:
+        formatter = None
+    body = numpy.array2string(values, separator=", ", prefix="tensor(", formatter=formatter, threshold=1000,
+                              edgeitems=3, max_line_width=80)
+    if dtype_name not in _DEFAULTS:
+        extras = [f"dtype=tinyattn.{dtype_name}"] + list(extras)
+    return "tensor(" + body + "".join(", " + e for e in extras) + ")"
