@@ -26,6 +26,9 @@ for i in range(4):
 # ## The model
 # `Seq2SeqAttention` is a bidirectional GRU encoder and a GRU decoder that attends at every step
 # (tinyattn/models/seq2seq.py). Its decoder step returns the attention weights with the logits.
+#
+# Exercise: `lessons/exercises/additive_attention.py` has you write the scores v^T tanh(W s + U h) and their
+# backward; `python -m lessons check additive_attention` grades it and trains this model on it.
 
 # %%
 config = models.Seq2SeqConfig(src_vocab=len(data.src_vocab), tgt_vocab=len(data.tgt_vocab),

@@ -58,6 +58,9 @@ assert peak_unscaled > 0.9 > peak_scaled
 # ## Masking
 # A causal mask lets token i see tokens j <= i only: set the other scores to -inf before the softmax, so their
 # weights are exactly 0. (A boolean mask in tinyattn, as in PyTorch, is True where attention is allowed.)
+#
+# Exercise: `lessons/exercises/causal_mask.py`, the causal mask with a KV cache's offset and the padding mask of
+# sequences of different lengths (`python -m lessons check causal_mask`).
 
 # %%
 causal = np.tril(np.ones((len(tokens), len(tokens)), dtype=bool))
@@ -80,6 +83,10 @@ viz.save(fig, plot_path(args, "03_self_attention.png"))
 # (tinyattn/functional/attention.py, `ReferenceScaledDotProductAttention`) is these lines, and its fast version
 # rearranges them for speed. Check the hand-written version three ways: against finite differences with
 # ta.gradcheck, and against both of the library's paths.
+#
+# Exercises: derive these yourself in `lessons/exercises/softmax_backward.py` (the softmax alone) and
+# `lessons/exercises/attention.py` (attention with masks, plugged into a GPT with `F.use`); `python -m lessons
+# check NAME` grades each.
 
 # %%
 def attention_forward(q, k, v):

@@ -26,6 +26,9 @@ for i in range(3):
 # ## The model
 # Post-norm, as in the paper: each sub-layer is LayerNorm(x + sublayer(x)). tinyattn/models/transformer.py reads
 # top to bottom as the architecture diagram.
+#
+# Exercise: LayerNorm's forward and backward, `lessons/exercises/layer_norm_backward.py` (`python -m lessons check
+# layer_norm_backward` grades it and trains a GPT on it).
 
 # %%
 config = models.TransformerConfig(src_vocab=len(data.src_vocab), tgt_vocab=len(data.tgt_vocab), d_model=64,

@@ -1,6 +1,8 @@
 """python -m lessons             list the lessons
 python -m lessons 02          run lesson 02 (any extra flags, such as --quick, pass through)
-python -m lessons 02 --step   run it cell by cell, pausing after each (Enter: next cell, q: quit)"""
+python -m lessons 02 --step   run it cell by cell, pausing after each (Enter: next cell, q: quit)
+python -m lessons exercises   list the exercises (lessons/exercises/) and how far each one is
+python -m lessons check NAME  grade one against the reference path (--file PATH, --solution): lessons/checker.py"""
 import glob
 import os
 import runpy
@@ -54,6 +56,9 @@ def step_through(path, argv):
 
 
 def main(argv):
+    if argv[:1] in (["exercises"], ["check"]):
+        from lessons import checker
+        sys.exit(checker.main(argv))
     files = lesson_files()
     if not argv:
         for path in files:

@@ -1,10 +1,11 @@
 """Functions with hand-derived backward, named as torch.nn.functional. Import as ``import tinyattn.functional as F``.
 
 Each fused Function has a reference twin (plain array code, the test oracle) beside its fast version; twins.py says
-which one runs (`with ta.reference():` picks the twins). One file per family: softmax.py, losses.py, linear.py,
-embedding.py, normalization.py, activations.py, dropout.py, recurrent.py (the GRU step), conv.py, attention.py
-(scaled dot-product), additive_attention.py (Bahdanau), flash_attention.py (+ flash_kernel.py and
-flash_attention.cu, its CUDA kernels); attention_inputs.py holds what the attention functions share.
+which one runs (`with ta.reference():` picks the twins; `F.use(softmax=MySoftmax)` runs a Function of one's own
+instead of both). One file per family: softmax.py, losses.py, linear.py, embedding.py, normalization.py,
+activations.py, dropout.py, recurrent.py (the GRU step), conv.py, attention.py (scaled dot-product),
+additive_attention.py (Bahdanau), flash_attention.py (+ flash_kernel.py and flash_attention.cu, its CUDA kernels);
+attention_inputs.py holds what the attention functions share.
 """
 from ..ops import pad, relu, sigmoid, tanh
 from ..tensor import Tensor
@@ -21,7 +22,7 @@ from .losses import binary_cross_entropy_with_logits, cross_entropy, kl_div, mse
 from .normalization import layer_norm, normalize, rms_norm
 from .recurrent import gru_cell
 from .softmax import log_softmax, softmax
-from .twins import reference
+from .twins import reference, use
 
 Tensor.softmax = lambda self, dim=-1: softmax(self, dim)
 Tensor.log_softmax = lambda self, dim=-1: log_softmax(self, dim)

@@ -231,7 +231,7 @@ def flash_attention(query, key, value, attn_mask=None, is_causal=False, scale=No
     if block_size < 1:
         raise ValueError(f"block_size must be positive, got {block_size}")
     scale = default_scale(query, scale)
-    if fused or (fused is None and not twins.reference_enabled()):
+    if fused or (fused is None and twins.implementation("flash_attention") is FastFlashAttention):
         reason = flash_kernel.unsupported(query, key, value, attn_mask)
         if reason is None:
             groups = group_size(query.shape, key.shape, value.shape, enable_gqa)

@@ -1,0 +1,653 @@
+"""The exercises' grader: lessons/exercises/NAME.py against the library's reference path.
+
+    python -m lessons exercises                               list them, with how many TODOs each has left
+    python -m lessons check NAME [--file PATH] [--solution]   grade lessons/exercises/NAME.py, or the copy at PATH,
+                                                              or the bundled solution (lessons/exercises/solutions/)
+
+A check runs in steps and stops at the first that fails, saying why: an exception in your code with the line it
+came from, gradcheck's message, or where your numbers leave the reference path's. The steps are a float64
+gradcheck, a comparison with the reference path (`with ta.reference():`) on several shapes (masks, ragged lengths,
+broadcasting where they apply), float32 staying float32, and, where a model can run on your Function, a short
+training run with `F.use(...)` that must reach the loss the reference path reaches. Exit code 0 only on a pass.
+"""
+import argparse
+import contextlib
+import functools
+import importlib.util
+import pathlib
+import sys
+import textwrap
+import traceback
+from dataclasses import dataclass
+
+import numpy as np
+
+import tinyattn as ta
+import tinyattn.functional as F
+from tinyattn import models, nn, optim
+
+LESSONS = pathlib.Path(__file__).resolve().parent
+EXERCISES = LESSONS / "exercises"
+TODO = 'raise NotImplementedError("not implemented yet")'
+TOLERANCE = 1e-10          # float64 against float64: the same math agrees to rounding
+TRAINING_STEPS = 20
+
+
+@dataclass
+class Exercise:
+    name: str
+    lesson: str
+    title: str
+    check: callable
+
+
+_exercises = {}
+
+
+def exercise(lesson, title):
+    """Register a check function under its own name, which is also its file's name in lessons/exercises/."""
+    def register(check):
+        _exercises[check.__name__] = Exercise(check.__name__, lesson, title, check)
+        return check
+    return register
+
+
+# -- running steps -------------------------------------------------------------------------------------------------
+class Failed(Exception):
+    """A step failed; what went wrong is printed already."""
+
+
+class Mismatch(AssertionError):
+    """The learner's numbers differ from the reference path's."""
+
+
+@contextlib.contextmanager
+def step(description, cases=()):
+    """One graded step: "ok", the cases it covered and any notes the body adds to the list it gets; or "FAIL" and
+    why, then Failed."""
+    notes = []
+    try:
+        yield notes
+    except Exception as error:
+        print(f"  FAIL  {description}")
+        for line in _explain(error).splitlines():
+            print(_indented(line))
+        raise Failed from error
+    print(f"  ok    {description}", flush=True)
+    if cases:
+        notes.insert(0, "cases: " + "; ".join(cases))
+    for note in notes:
+        print(_indented(note))
+
+
+def _indented(text):
+    return textwrap.fill(text, 116, initial_indent=" " * 8, subsequent_indent=" " * 10)
+
+
+def _explain(error):
+    """What went wrong, and, for an exception raised in the learner's file, the line it came from."""
+    if isinstance(error, (Mismatch, ta.GradcheckError)):
+        return str(error)
+    text = f"{type(error).__name__}: {error}"
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if _is_learner_file(f.filename)]
+    if frames:
+        frame = frames[-1]
+        text += f"\n  at {pathlib.Path(frame.filename).name} line {frame.lineno}, in {frame.name}: {frame.line}"
+    return text
+
+
+_learner_files = set()
+
+
+def _is_learner_file(filename):
+    return pathlib.Path(filename).resolve() in _learner_files
+
+
+def load(path):
+    """The learner's file as a module, with lessons/ on the path as for a lesson, so `exercises.given` imports."""
+    if str(LESSONS) not in sys.path:
+        sys.path.insert(0, str(LESSONS))
+    _learner_files.add(path.resolve())
+    spec = importlib.util.spec_from_file_location(f"exercise_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# -- comparing with the reference path -----------------------------------------------------------------------------
+def assert_close(what, mine, expected, tolerance=TOLERANCE):
+    """mine equals expected to within tolerance (absolute and relative), NaN nowhere the reference has none."""
+    mine, expected = _host(mine), _host(expected)
+    if mine.shape != expected.shape:
+        raise Mismatch(f"{what}: shape {mine.shape}, the reference path's is {expected.shape}")
+    if mine.dtype == bool or expected.dtype == bool:
+        wrong = mine != expected
+        if wrong.any():
+            where = tuple(int(i) for i in np.argwhere(wrong)[0])
+            raise Mismatch(f"{what} differs at {int(wrong.sum())} of {wrong.size} places, first at {where}: yours "
+                           f"{mine[where]}, the expected {expected[where]}")
+        return
+    nan = np.isnan(mine) & ~np.isnan(expected)
+    if nan.any():
+        where = tuple(int(i) for i in np.argwhere(nan)[0])
+        raise Mismatch(f"{what} is NaN at {int(nan.sum())} of {nan.size} places, first at {where}, where the "
+                       f"reference path has {expected[where]:.6g}")
+    with np.errstate(invalid="ignore"):                  # inf - inf where both are inf: equal, so 0 below
+        error = np.where(mine == expected, 0.0, np.abs(mine - expected)) / (1 + np.abs(np.nan_to_num(expected)))
+    error = np.nan_to_num(error, nan=np.inf)
+    if error.size and error.max() > tolerance:
+        where = np.unravel_index(int(error.argmax()), error.shape)
+        where = tuple(int(i) for i in where)
+        raise Mismatch(f"{what} differs from the reference path at {where}: yours {mine[where]:.10g}, reference "
+                       f"{expected[where]:.10g}; {int((error > tolerance).sum())} of {error.size} entries differ by "
+                       f"more than {tolerance:g}")
+
+
+def _host(x):
+    return x.numpy() if isinstance(x, ta.Tensor) else np.asarray(x)
+
+
+def forward_backward(call, arrays, grad_of):
+    """call(*tensors) on fresh tensors made from arrays, then backward from a fixed random upstream gradient.
+    Returns the output and the gradient of every array named in grad_of (a dict name -> position), by name."""
+    tensors = [None if a is None else ta.tensor(a, requires_grad=i in grad_of.values()) for i, a in enumerate(arrays)]
+    out = call(*tensors)
+    upstream = np.random.default_rng(1).standard_normal(out.shape).astype(out.array.dtype)
+    out.backward(ta.tensor(upstream))
+    return {"output": out.numpy(), **{f"d{name}": tensors[i].grad.numpy() for name, i in grad_of.items()}}
+
+
+def compare_paths(slot, function, call, arrays, grad_of, case):
+    """Output and gradients with the learner's Function in the slot against the reference path's."""
+    with ta.reference():
+        expected = forward_backward(call, arrays, grad_of)
+        with F.use(**{slot: function}):
+            mine = forward_backward(call, arrays, grad_of)
+    for what in expected:
+        assert_close(f"{what} ({case})", mine[what], expected[what])
+
+
+def gradcheck(slot, function, call, arrays, grad_of, case):
+    """ta.gradcheck in float64 of call with the learner's Function in the slot; call's argument names name the
+    inputs in its messages, which start with the case."""
+    tensors = [None if a is None else ta.tensor(a, requires_grad=i in grad_of.values()) for i, a in enumerate(arrays)]
+    try:
+        with F.use(**{slot: function}):
+            ta.gradcheck(call, tensors)
+    except ta.GradcheckError as error:
+        raise ta.GradcheckError(f"{case}: {error}") from None
+
+
+def assert_stays_float32(slot, function, call, arrays):
+    """The learner's forward and backward, called by the engine on float32 arrays, return float32 arrays (the engine
+    would quietly cast a float64 gradient back, so each return value is looked at before it does)."""
+    returned = []
+
+    class Watched(function):
+        @staticmethod
+        def backward(ctx, grad):
+            grads = function.backward(ctx, grad)
+            returned.extend(g for g in (grads if isinstance(grads, tuple) else (grads,)) if g is not None)
+            return grads
+
+    tensors = [a if a is None else ta.tensor(a.astype(np.float32) if a.dtype == np.float64 else a,
+                                             requires_grad=a.dtype == np.float64) for a in arrays]
+    with F.use(**{slot: Watched}):
+        out = call(*tensors)
+        out.sum().backward()
+    dtypes = [out.dtype] + [g.dtype for g in returned]
+    if any(d != np.float32 for d in dtypes):
+        raise Mismatch(f"float32 inputs gave {'a float64 output' if out.dtype != np.float32 else 'float64 gradients'}"
+                       f" (forward {out.dtype}, backward {[str(g.dtype) for g in returned]}): a float64 array or a "
+                       f"NumPy float64 scalar got into the math; mix float32 arrays with Python floats only")
+
+
+# -- training with the learner's Function --------------------------------------------------------------------------
+def _gpt(**changes):
+    return models.GPT(models.GPTConfig(**{**dict(vocab_size=10, block_size=12, n_layer=2, num_heads=2, d_model=16),
+                                          **changes}))
+
+
+def _gpt_loss(model, step):
+    """Next-token loss on counting mod 10 with a stride of 1, 2 or 3: the next digit follows from the last two,
+    which attention has to look back for."""
+    rng = np.random.default_rng(step)
+    sequence = (rng.integers(0, 10, (8, 1)) + rng.integers(1, 4, (8, 1)) * np.arange(13)) % 10
+    return model(ta.tensor(sequence[:, :-1]), ta.tensor(sequence[:, 1:]))[1]
+
+
+def _seq2seq():
+    return models.Seq2SeqAttention(models.Seq2SeqConfig(src_vocab=9, tgt_vocab=9, embed_dim=8, hidden=8,
+                                                        attention_dim=8))
+
+
+def _seq2seq_loss(model, step):
+    """Copy ragged source strings (lengths 2..5, padded with 0) to the target between BOS 1 and EOS 2."""
+    rng = np.random.default_rng(step)
+    src = np.zeros((6, 5), dtype=np.int64)
+    tgt = np.zeros((6, 7), dtype=np.int64)
+    for row, length in enumerate(rng.integers(2, 6, 6)):
+        src[row, :length] = rng.integers(3, 9, length)
+        tgt[row, :length + 2] = [1, *src[row, :length], 2]
+    logits, _ = model(ta.tensor(src), ta.tensor(tgt[:, :-1]))
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ta.tensor(tgt[:, 1:].reshape(-1)), ignore_index=0)
+
+
+MODELS = {  # name -> (build, loss of one training step), each in float64 on the reference path
+    "GPT": (_gpt, _gpt_loss),
+    "GPT with impl='flash'": (functools.partial(_gpt, impl="flash"), _gpt_loss),
+    "GPT with 4 query heads sharing 2 key/value heads": (functools.partial(_gpt, num_heads=4, num_kv_heads=2),
+                                                        _gpt_loss),
+    "Seq2SeqAttention": (_seq2seq, _seq2seq_loss),
+}
+
+
+def _train(model_name, functions):
+    build, loss_of = MODELS[model_name]
+    ta.manual_seed(0)
+    model = build().double()
+    optimizer = optim.Adam(model.parameters(), lr=1e-2)
+    losses = []
+    with ta.reference(), F.use(**functions):
+        for i in range(TRAINING_STEPS):
+            loss = loss_of(model, i)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+    return losses
+
+
+@functools.lru_cache(maxsize=None)
+def _reference_losses(model_name):
+    return tuple(_train(model_name, {}))
+
+
+def train_like_the_reference(model_name, **functions):
+    """TRAINING_STEPS of Adam on the model with the learner's Functions plugged in must follow the reference path's
+    losses step for step (float64: the same math gives the same numbers)."""
+    mine, expected = _train(model_name, functions), _reference_losses(model_name)
+    for i, (a, b) in enumerate(zip(mine, expected)):
+        if not abs(a - b) <= 1e-7 * abs(b):
+            raise Mismatch(f"training {model_name} with your Function: loss {a:.10g} at step {i}, the reference path "
+                           f"reaches {b:.10g} (all steps, yours: {' '.join(f'{x:.4f}' for x in mine)})")
+    return (f"loss after {TRAINING_STEPS} steps: yours {mine[-1]:.6f}, reference {expected[-1]:.6f} "
+            f"(from {expected[0]:.6f})")
+
+
+def normal(*shape, seed=0, scale=1.0):
+    """A float64 array of standard normal values times scale, the same for the same shape and seed."""
+    return np.random.default_rng(seed + sum(shape)).standard_normal(shape) * scale
+
+
+def extreme(rows, columns):
+    """Rows of values near +1000 (exp overflows even in float64), near -1000 (exp underflows to 0) and near 0."""
+    return normal(rows, columns, scale=3.0) + np.resize([1000.0, 0.0, 0.0, -1000.0], rows)[:, None]
+
+
+# -- the exercises, in the order of the lessons --------------------------------------------------------------------
+@exercise("02", "Bahdanau's additive attention scores, forward and backward")
+def additive_attention(learner):
+    scores = lambda q_proj, k_proj, v: F.additive_scores(q_proj, k_proj, v)
+    grad_of = {"q_proj": 0, "k_proj": 1, "v": 2}
+    cases = {"B 2, Lq 3, S 4, H 5": (normal(2, 3, 5), normal(2, 4, 5, seed=1), normal(5, seed=2)),
+             "a decoder step, Lq 1": (normal(3, 1, 4), normal(3, 6, 4, seed=1), normal(4, seed=2))}
+    with step("your AdditiveScores runs forward and backward"):
+        forward_backward(learner.AdditiveScores.apply, cases["B 2, Lq 3, S 4, H 5"], grad_of)
+    with step("gradcheck in float64 on q_proj, k_proj and v", cases):
+        for case, arrays in cases.items():
+            gradcheck("additive_scores", learner.AdditiveScores, scores, arrays, grad_of, case)
+    with step("scores and gradients equal the reference path's", cases):
+        for case, arrays in cases.items():
+            compare_paths("additive_scores", learner.AdditiveScores, scores, arrays, grad_of, case)
+    with step("ragged source lengths 6, 2 and 4: F.additive_attention's context and every gradient equal the "
+              "reference path's"):
+        mask = np.arange(6) < np.array([6, 2, 4])[:, None]
+        context = lambda query, key, value, w_query, w_key, v: F.additive_attention(
+            query, key, value, w_query, w_key, v, mask=ta.tensor(mask))[0]
+        arrays = (normal(3, 2, 5), normal(3, 6, 4, seed=1), normal(3, 6, 3, seed=2), normal(7, 5, seed=3),
+                  normal(7, 4, seed=4), normal(7, seed=5))
+        compare_paths("additive_scores", learner.AdditiveScores, context, arrays,
+                      {"query": 0, "key": 1, "value": 2, "w_query": 3, "w_key": 4, "v": 5}, "ragged lengths")
+    with step("float32 stays float32"):
+        assert_stays_float32("additive_scores", learner.AdditiveScores, scores, cases["a decoder step, Lq 1"])
+    with step(f"a Seq2SeqAttention trains {TRAINING_STEPS} steps on your scores to the reference path's loss") as notes:
+        notes.append(train_like_the_reference("Seq2SeqAttention", additive_scores=learner.AdditiveScores))
+
+
+@exercise("03", "softmax, forward and backward")
+def softmax_backward(learner):
+    cases = {f"{shape} over dim {dim}": (shape, dim)
+             for shape, dim in [((4, 7), 1), ((2, 3, 5), 0), ((2, 3, 5), 1), ((2, 3, 5), 2), ((6,), 0)]}
+    with step("your Softmax runs forward and backward"):
+        forward_backward(lambda x: learner.Softmax.apply(x, 1), (normal(3, 5),), {"x": 0})
+    with step("gradcheck in float64", cases):
+        for case, (shape, dim) in cases.items():
+            gradcheck("softmax", learner.Softmax, lambda x: F.softmax(x, dim), (normal(*shape),), {"x": 0}, case)
+    with step("outputs and gradients equal the reference path's", cases):
+        for case, (shape, dim) in cases.items():
+            compare_paths("softmax", learner.Softmax, lambda x: F.softmax(x, dim), (normal(*shape),), {"x": 0}, case)
+    with step("rows near +1000 and near -1000 (exp overflows and underflows), a row that is -inf in part and one "
+              "that is -inf everywhere: no NaN"):
+        x = extreme(4, 6)
+        x[1, :3] = x[2] = -np.inf
+        compare_paths("softmax", learner.Softmax, lambda x: F.softmax(x, -1), (x,), {"x": 0}, "extreme logits")
+    with step("float32 stays float32"):
+        assert_stays_float32("softmax", learner.Softmax, lambda x: F.softmax(x, -1), (normal(3, 4),))
+    with step(f"a Seq2SeqAttention (its attention weights are a softmax) trains {TRAINING_STEPS} steps on yours to "
+              "the reference path's loss") as notes:
+        notes.append(train_like_the_reference("Seq2SeqAttention", softmax=learner.Softmax))
+
+
+def _sdpa(is_causal, **options):
+    return lambda q, k, v, mask=None: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
+                                                                     **options)
+
+
+def _attention_grads(mask):
+    """Gradients to compare: q, k, v, and a float mask's."""
+    return {"q": 0, "k": 1, "v": 2, **({"mask": 3} if mask is not None and mask.dtype != bool else {})}
+
+
+def _check_attention(function, cases, enable_gqa):
+    """The steps that scaled dot-product attention's exercises share. cases: description -> (q, k, v, mask,
+    is_causal)."""
+    slot, call = "scaled_dot_product_attention", lambda causal: _sdpa(causal, enable_gqa=enable_gqa)
+    with step(f"your {function.__name__} runs forward and backward"):
+        q, k, v, _, _ = next(iter(cases.values()))
+        forward_backward(lambda q, k, v: function.apply(q, k, v, None, 0.5, 0.0, enable_gqa), (q, k, v),
+                         {"q": 0, "k": 1, "v": 2})
+    with step("gradcheck in float64 on q, k, v and a float mask", cases):
+        for case, (q, k, v, mask, causal) in cases.items():
+            gradcheck(slot, function, call(causal), (q, k, v, mask), _attention_grads(mask), case)
+    with step("output and every gradient equal the reference path's", cases):
+        for case, (q, k, v, mask, causal) in cases.items():
+            compare_paths(slot, function, call(causal), (q, k, v, mask), _attention_grads(mask), case)
+    with step("float32 stays float32"):
+        q, k, v, mask, causal = list(cases.values())[-1]
+        assert_stays_float32(slot, function, call(causal), (q, k, v, mask))
+
+
+@exercise("03", "single-head attention, forward and backward")
+def attention(learner):
+    q, k, v = normal(2, 2, 3, 4), normal(2, 2, 5, 4, seed=1), normal(2, 2, 5, 3, seed=2)
+    no_key_for_row_1 = np.ones((3, 5), dtype=bool)
+    no_key_for_row_1[1] = False
+    cases = {"no mask": (q, k, v, None, False),
+             "k and v (1, 2, 5, .) broadcast over q's batch": (q, k[:1], normal(1, 2, 5, 6), None, False),
+             "is_causal, 3 queries and 5 keys": (q, k, v, None, True),
+             "padding mask (2, 1, 1, 5), lengths 5 and 2": (q, k, v, _padding([5, 2], 5), False),
+             "a query whose every key is masked": (q, k, v, no_key_for_row_1, False),
+             "a learned float mask (3, 5)": (q, k, v, normal(3, 5, seed=3), False)}
+    _check_attention(learner.Attention, cases, enable_gqa=False)
+    with step(f"a GPT trains {TRAINING_STEPS} steps on your attention to the reference path's loss") as notes:
+        notes.append(train_like_the_reference("GPT", scaled_dot_product_attention=learner.Attention))
+
+
+def _padding(lengths, key_len):
+    """(B, 1, 1, key_len): True before each sequence's length."""
+    return (np.arange(key_len) < np.array(lengths)[:, None])[:, None, None, :]
+
+
+@exercise("03", "the causal mask, and padding")
+def causal_mask(learner):
+    shapes = [(5, 5, 0), (3, 7, 0), (7, 3, 0), (3, 7, 4), (1, 6, 5)]
+    with step("causal_mask(query_len, key_len, offset) equals the library's",
+              [f"causal_mask{shape}" for shape in shapes]):
+        for query_len, key_len, offset in shapes:
+            assert_close(f"causal_mask{(query_len, key_len, offset)}", learner.causal_mask(query_len, key_len, offset),
+                         F.causal_mask(query_len, key_len, np, offset))
+    q, k, v = (ta.tensor(normal(3, 2, 5, 4, seed=seed)) for seed in range(3))
+    attend = lambda q, k, v, mask=None, is_causal=False: F.scaled_dot_product_attention(
+        q, k, v, attn_mask=None if mask is None else ta.tensor(mask), is_causal=is_causal).numpy()
+    with ta.reference():
+        with step("attention with your causal_mask(5, 5) is attention with is_causal=True"):
+            assert_close("output", attend(q, k, v, learner.causal_mask(5, 5)), attend(q, k, v, is_causal=True))
+        with step("a KV cache: the last 2 of 5 queries with causal_mask(2, 5, 3) attend as in full causal attention"):
+            assert_close("output", attend(q[:, :, 3:], k, v, learner.causal_mask(2, 5, 3)),
+                         attend(q, k, v, is_causal=True)[:, :, 3:])
+        lengths = [5, 2, 3]
+        with step("padding_mask([5, 2, 3], 5): shape (3, 1, 1, 5), True before each sequence's length"):
+            assert_close("padding_mask", learner.padding_mask(np.array(lengths), 5), _padding(lengths, 5))
+        with step("ragged lengths 5, 2, 3: with causal_mask & padding_mask, each padded sequence attends exactly as "
+                  "itself cut to its length"):
+            padded = attend(q, k, v, learner.causal_mask(5, 5) & learner.padding_mask(np.array(lengths), 5))
+            for b, n in enumerate(lengths):
+                alone = attend(q[b:b + 1, :, :n], k[b:b + 1, :, :n], v[b:b + 1, :, :n], is_causal=True)
+                assert_close(f"sequence {b} (length {n})", padded[b:b + 1, :, :n], alone)
+
+
+@exercise("04", "the online softmax")
+def online_softmax(learner):
+    stream = lambda x, block_size: (x[..., j:j + block_size] for j in range(0, x.shape[-1], block_size))
+    row_sums = lambda x: np.exp(x - x.max(axis=-1, keepdims=True)).sum(axis=-1, keepdims=True)
+    x = normal(4, 10, scale=3.0)
+    with step("running_max_and_sum over blocks of 3 columns of a (4, 10) input: m = the row max, "
+              "l = sum exp(x - m)"):
+        m, l = learner.running_max_and_sum(stream(x, 3))
+        assert_close("m", m, x.max(axis=1, keepdims=True))
+        assert_close("l", l, row_sums(x))
+    sizes = (1, 3, 4, 10, 16)
+    with ta.reference():
+        with step("online_softmax of x (2, 3, 10) equals the reference softmax", [f"blocks of {b}" for b in sizes]):
+            x = normal(2, 3, 10, scale=3.0)
+            for block_size in sizes:
+                assert_close(f"online_softmax, blocks of {block_size}", learner.online_softmax(x, block_size),
+                             F.softmax(ta.tensor(x), -1))
+        with step("rows near +1000 and near -1000, a row whose first two blocks are -inf, a row of -inf "
+                  "everywhere: no NaN"):
+            x = extreme(4, 10)
+            x[1, :6] = x[2] = -np.inf
+            assert_close("online_softmax, blocks of 3", learner.online_softmax(x, 3), F.softmax(ta.tensor(x), -1))
+            m, l = learner.running_max_and_sum(stream(x, 3))
+            assert_close("m", m, x.max(axis=1, keepdims=True))
+            finite = [0, 1, 3]
+            assert_close("l of the rows with a finite value", l[finite], row_sums(x[finite]))
+            assert_close("l of the row of -inf", l[2], np.zeros(1))
+
+
+def _flash(is_causal, enable_gqa, block_size):
+    return lambda q, k, v, mask=None: F.flash_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
+                                                        enable_gqa=enable_gqa, block_size=block_size, fused=False)
+
+
+def _with_block_size(function, block_size):
+    """function with its blocks made block_size long, whatever the caller asks: the models call flash attention
+    with blocks of 256, longer than their sequences."""
+    class SmallBlocks(function):
+        @staticmethod
+        def forward(ctx, q, k, v, mask, scale, is_causal, enable_gqa, _):
+            return function.forward(ctx, q, k, v, mask, scale, is_causal, enable_gqa, block_size)
+    return SmallBlocks
+
+
+def _check_flash(function):
+    """flash_forward and flash_backward: each leaves one half to the library, so both are graded as a whole."""
+    q, k, v = normal(2, 2, 5, 3), normal(2, 2, 7, 3, seed=1), normal(2, 2, 7, 4, seed=2)
+    cases = {  # (q, k, v, mask, is_causal, enable_gqa, block_size)
+        "no mask, 5 queries and 7 keys in blocks of 2": (q, k, v, None, False, False, 2),
+        "is_causal, blocks of 2": (q, k, v, None, True, False, 2),
+        "is_causal, 7 queries and keys, blocks of 3": (normal(2, 2, 7, 3, seed=3), k, v, None, True, False, 3),
+        "padding mask, lengths 7 and 0: every key masked": (q, k, v, _padding([7, 0], 7), False, False, 3),
+        "4 query heads sharing 2 key/value heads, is_causal": (normal(2, 4, 5, 3, seed=4), k, v, None,
+                                                                         True, True, 2),
+        "a float mask (5, 7), blocks of 4": (q, k, v, normal(5, 7, seed=5), False, False, 4)}
+    grad_of = {"q": 0, "k": 1, "v": 2}
+    with step("your FlashAttention runs forward and backward"):
+        forward_backward(lambda q, k, v: function.apply(q, k, v, None, 0.5, False, False, 2), (q, k, v), grad_of)
+    with step("gradcheck in float64 on q, k, v", cases):
+        for case, (q, k, v, mask, *options) in cases.items():
+            gradcheck("flash_attention", function, _flash(*options), (q, k, v, mask), grad_of, case)
+    with step("output and dq, dk, dv equal the reference path's", cases):
+        for case, (q, k, v, mask, *options) in cases.items():
+            compare_paths("flash_attention", function, _flash(*options), (q, k, v, mask), grad_of, case)
+    with step("float32 stays float32"):
+        q, k, v, mask, *options = cases["is_causal, blocks of 2"]
+        assert_stays_float32("flash_attention", function, _flash(*options), (q, k, v, mask))
+    with step(f"a GPT with impl='flash' trains {TRAINING_STEPS} steps on yours (blocks of 5, ragged) to the "
+              "reference path's loss") as notes:
+        notes.append(train_like_the_reference("GPT with impl='flash'", flash_attention=_with_block_size(function, 5)))
+
+
+@exercise("04", "flash attention's forward")
+def flash_forward(learner):
+    _check_flash(learner.FlashAttention)
+
+
+@exercise("04", "flash attention's backward")
+def flash_backward(learner):
+    _check_flash(learner.FlashAttention)
+
+
+@exercise("05", "LayerNorm, forward and backward")
+def layer_norm_backward(learner):
+    norm = lambda shape: lambda x, weight=None, bias=None: F.layer_norm(x, shape, weight, bias)
+    cases = {"rows of 4 with weight and bias": (norm(4), normal(3, 4), normal(4, seed=1),
+                                                          normal(4, seed=2)),
+             "normalized over the last two dims (3, 4)": (norm((3, 4)), normal(2, 3, 4),
+                                                                    normal(3, 4, seed=1), normal(3, 4, seed=2)),
+             "no weight and no bias": (norm(5), normal(2, 3, 5)),
+             "rows of equal values (variance 0)": (norm(4), np.ones((2, 4)), normal(4, seed=1), normal(4, seed=2))}
+    grads = lambda arrays: {name: i for i, name in enumerate(("x", "weight", "bias")[:len(arrays)])}
+    with step("your LayerNorm runs forward and backward"):
+        _, *arrays = cases["rows of 4 with weight and bias"]
+        forward_backward(lambda x, w, b: learner.LayerNorm.apply(x, w, b, 4, 1e-5), arrays, grads(arrays))
+    with step("gradcheck in float64 on x, weight and bias", cases):
+        for case, (call, *arrays) in cases.items():
+            gradcheck("layer_norm", learner.LayerNorm, call, arrays, grads(arrays), case)
+    with step("output and gradients equal the reference path's", cases):
+        for case, (call, *arrays) in cases.items():
+            compare_paths("layer_norm", learner.LayerNorm, call, arrays, grads(arrays), case)
+    with step("float32 stays float32"):
+        call, *arrays = cases["rows of 4 with weight and bias"]
+        assert_stays_float32("layer_norm", learner.LayerNorm, call, arrays)
+    with step(f"a GPT trains {TRAINING_STEPS} steps on your LayerNorm to the reference path's loss") as notes:
+        notes.append(train_like_the_reference("GPT", layer_norm=learner.LayerNorm))
+
+
+@exercise("07", "grouped-query attention: query heads sharing key/value heads")
+def grouped_query(learner):
+    q, k, v = normal(2, 4, 3, 4), normal(2, 2, 5, 4, seed=1), normal(2, 2, 5, 3, seed=2)
+    cases = {"4 query heads over 2 key/value heads": (q, k, v, None, False),
+             "multi-query: 4 over 1, is_causal": (q, k[:, :1], v[:, :1], None, True),
+             "a learned float mask per query head (4, 3, 5)": (q, k, v, normal(4, 3, 5, seed=3), False),
+             "no sharing: 2 query heads over 2, is_causal": (q[:, :2], k, v, None, True),
+             "padding mask (2, 1, 1, 5), lengths 5 and 2": (q, k, v, _padding([5, 2], 5), False)}
+    _check_attention(learner.GroupedQueryAttention, cases, enable_gqa=True)
+    with step(f"a GPT with 4 query heads over 2 key/value heads trains {TRAINING_STEPS} steps on yours to the "
+              "reference path's loss") as notes:
+        notes.append(train_like_the_reference("GPT with 4 query heads sharing 2 key/value heads",
+                                              scaled_dot_product_attention=learner.GroupedQueryAttention))
+
+
+@exercise("07", "rotary position embedding (RoPE)")
+def rotary(learner):
+    tables = lambda length, dim, offset=0: tuple(ta.tensor(t) for t in learner.rotary_tables(length, dim, offset))
+    with step("rotary_tables(6, 8, offset=3): nn.RotaryEmbedding's cos and sin for positions 3 to 8"):
+        module = nn.RotaryEmbedding(8, max_len=32)
+        cos, sin = learner.rotary_tables(6, 8, 3)
+        assert_close("cos", cos, module.cos.numpy()[3:9])
+        assert_close("sin", sin, module.sin.numpy()[3:9])
+    with step("your Rotate runs forward and backward"):
+        forward_backward(lambda x: learner.Rotate.apply(x, *tables(6, 8)), (normal(2, 6, 8),), {"x": 0})
+    with step("gradcheck in float64 on x (2, 3, 5, 8)"):
+        cos, sin = tables(5, 8)
+        ta.gradcheck(lambda x: learner.Rotate.apply(x, cos, sin), (ta.tensor(normal(2, 3, 5, 8), requires_grad=True),))
+    cases = {"x (2, 3, 6, 8)": (8, 0), "x (2, 3, 6, 8) at offset 5": (8, 5), "head_dim 4 at offset 2": (4, 2)}
+    with step("equals nn.RotaryEmbedding", cases):
+        for case, (dim, offset) in cases.items():
+            x = ta.tensor(normal(2, 3, 6, dim))
+            assert_close(case, learner.Rotate.apply(x, *tables(6, dim, offset)),
+                         nn.RotaryEmbedding(dim, max_len=32)(x, offset))
+    with step("a rotation: every pair keeps its length"):
+        x = normal(10, 8)
+        y = learner.Rotate.apply(ta.tensor(x), *tables(10, 8)).numpy()
+        assert_close("|pair| after", np.hypot(y[:, :4], y[:, 4:]), np.hypot(x[:, :4], x[:, 4:]))
+    with step("relative positions: q at m . k at n depends on m - n only (m - n = 2 at m = 2, 7 and 13)"):
+        cos, sin = tables(16, 8)
+        rotated = lambda x: learner.Rotate.apply(ta.tensor(np.repeat(x[None], 16, axis=0)), cos, sin).numpy()
+        q, k = rotated(normal(8)), rotated(normal(8, seed=1))
+        dots = [float(q[m] @ k[m - 2]) for m in (2, 7, 13)]
+        assert_close("q_m . k_(m-2) for m = 7 and 13", np.array(dots[1:]), np.array(dots[:1] * 2))
+    with step("float32 stays float32"):
+        x = ta.tensor(normal(2, 6, 8).astype(np.float32), requires_grad=True)
+        y = learner.Rotate.apply(x, *(t.float() for t in tables(6, 8)))
+        if y.dtype != np.float32:
+            raise Mismatch(f"float32 input and tables gave a {y.dtype} output")
+
+
+@exercise("08", "cross-entropy with label smoothing, forward and backward")
+def label_smoothing(learner):
+    target = np.array([0, 3, -100, 2, 4])                     # row 2 is ignored (ignore_index -100)
+
+    def loss(reduction, eps, target=target):
+        return lambda logits: F.cross_entropy(logits, ta.tensor(target), reduction=reduction, label_smoothing=eps)
+    logits = normal(5, 6)
+    cases = {f"{reduction}, label smoothing {eps}": (reduction, eps)
+             for reduction in ("mean", "sum", "none") for eps in (0.0, 0.1, 0.3)}
+    with step("your CrossEntropy runs forward and backward"):
+        forward_backward(lambda x: learner.CrossEntropy.apply(x, ta.tensor(target), -100, "mean", 0.1), (logits,),
+                         {"logits": 0})
+    with step("gradcheck in float64, with a row that ignore_index leaves out", cases):
+        for case, options in cases.items():
+            gradcheck("cross_entropy", learner.CrossEntropy, loss(*options), (logits,), {"logits": 0}, case)
+    with step("loss and gradient equal the reference path's", cases):
+        for case, options in cases.items():
+            compare_paths("cross_entropy", learner.CrossEntropy, loss(*options), (logits,), {"logits": 0}, case)
+    with step("rows of logits near +1000 and near -1000, and a batch whose every row is ignored (mean 0, "
+              "gradient 0)"):
+        compare_paths("cross_entropy", learner.CrossEntropy, loss("mean", 0.1), (extreme(5, 6),), {"logits": 0},
+                      "logits near +-1000")
+        compare_paths("cross_entropy", learner.CrossEntropy, loss("mean", 0.1, np.full(5, -100)), (logits,),
+                      {"logits": 0}, "every row ignored")
+    with step("float32 stays float32"):
+        assert_stays_float32("cross_entropy", learner.CrossEntropy, loss("mean", 0.1), (logits,))
+    with step(f"a GPT trains {TRAINING_STEPS} steps on your loss to the reference path's") as notes:
+        notes.append(train_like_the_reference("GPT", cross_entropy=learner.CrossEntropy))
+
+
+# -- the commands --------------------------------------------------------------------------------------------------
+def todos_left(path):
+    return path.read_text(encoding="utf-8").count(TODO)
+
+
+def list_exercises():
+    print(f"{'exercise':22}{'lesson':8}{'status':22}what")
+    for item in _exercises.values():
+        path = EXERCISES / f"{item.name}.py"
+        left = todos_left(path) if path.exists() else None
+        status = ("file missing" if left is None else f"{left} TODO{'s' * (left != 1)} left" if left else
+                  "written: check it")
+        print(f"{item.name:22}{item.lesson:8}{status:22}{item.title}")
+    print("\ngrade one: python -m lessons check NAME   (--file PATH for another copy, --solution for the answer)")
+    return 0
+
+
+def check(name, path):
+    """Grade the file at path as exercise name; True on a pass."""
+    item = _exercises[name]
+    print(f"exercise {name} (lesson {item.lesson}): {item.title}\ngrading {path}")
+    try:
+        with step("your file loads"):
+            learner = load(path)
+        item.check(learner)
+    except Failed:
+        print(f"{name}: FAILED. Fix what the message points at, then run the check again.")
+        return False
+    print(f"{name}: PASSED every step.")
+    return True
+
+
+def main(argv):
+    """`exercises` or `check NAME [--file PATH] [--solution]`; returns the exit code."""
+    if argv[:1] == ["exercises"]:
+        return list_exercises()
+    parser = argparse.ArgumentParser(prog="python -m lessons check", description="grade an exercise")
+    parser.add_argument("name", choices=sorted(_exercises), metavar="NAME",
+                        help=f"one of {', '.join(_exercises)}")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--file", type=pathlib.Path, help="grade this copy instead of lessons/exercises/NAME.py")
+    where.add_argument("--solution", action="store_true", help="grade the bundled solution")
+    args = parser.parse_args(argv[1:])
+    path = args.file or EXERCISES / ("solutions" if args.solution else "") / f"{args.name}.py"
+    return 0 if check(args.name, path) else 1

@@ -1,0 +1,45 @@
+"""Exercise · single-head attention, forward and backward.       Lesson 03, "The backward pass, by hand".
+
+Write scaled dot-product attention as a Function of your own. When it passes, `F.use` makes every model run on
+it: lesson 06's GPT trains on your backward.
+
+Shapes
+    q (..., L, E), k (..., S, E), v (..., S, Ev); the leading dims broadcast (a batch, the heads: here every head
+    is one more batch dim). Output (..., L, Ev).
+    mask: None; a boolean array that broadcasts to (..., L, S), True where query i may attend to key j; or a float
+    array added to the scores (a learned bias: it needs a gradient when ctx.needs_input_grad[3]).
+    scale: a float (1 / sqrt(E) unless the caller chose another).
+
+The math to derive (lesson 03 walks through it)
+    S = scale * Q K^T + mask,   P = softmax(S) over the keys (each row),   O = P V.
+    Given dO, find in turn dV and dP (a matrix product), dS (through each row's softmax), dQ and dK, and the
+    float mask's gradient.
+
+What the checker holds you to
+    - a query row whose every key is masked gives output 0 and gradient 0, never NaN (mask before the softmax:
+      -inf - (-inf) is NaN);
+    - gradients may keep broadcast shapes: the engine sums them back to each input's shape;
+    - float32 stays float32.
+
+Check it:    python -m lessons check attention
+Plug it in:  F.use(scaled_dot_product_attention=Attention), then train any model.
+"""
+from tinyattn import Function
+from tinyattn.backend import xp_of
+
+
+class Attention(Function):
+    @staticmethod
+    def forward(ctx, q, k, v, mask, scale, dropout_p, enable_gqa):
+        if dropout_p or enable_gqa:
+            raise ValueError("this attention has no dropout and no grouped heads (those are exercise grouped_query)")
+        xp = xp_of(q)                   # numpy, or cupy on a GPU
+        # TODO: the scores S; the mask (boolean: -inf where False; float: added); P = softmax over the keys;
+        #       save what backward needs (ctx.save_for_backward(...), ctx.scale = scale); return P V.
+        raise NotImplementedError("not implemented yet")
+
+    @staticmethod
+    def backward(ctx, grad):
+        # TODO: dV, dP, dS, dQ, dK from grad = dO; the mask's gradient is dS when ctx.needs_input_grad[3], else None.
+        #       Return (dQ, dK, dV, d_mask, None, None, None): one per forward argument after ctx.
+        raise NotImplementedError("not implemented yet")

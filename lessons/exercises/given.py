@@ -1,0 +1,55 @@
+"""Code the exercises hand you, so that each asks only for its own idea.
+
+- flash_forward and flash_backward walk attention in blocks: `blocks` cuts a length into slices, `visible` says
+  whether a causal row block may see a column block at all, `block_scores` is one block of masked scores.
+- grouped_query reuses attention itself: `attend` and `attend_backward` are lesson 03's forward and backward on
+  arrays whose leading dims broadcast, with masks.
+"""
+from tinyattn.backend import xp_of
+from tinyattn.functional.attention_inputs import additive_mask
+from tinyattn.functional.softmax import softmax_array
+
+
+def blocks(n, block_size):
+    """[0:b], [b:2b], ... covering range(n); the last block may be shorter."""
+    return [slice(start, min(start + block_size, n)) for start in range(0, n, block_size)]
+
+
+def visible(rows, cols, is_causal):
+    """Whether any query of the row block may see any key of the column block (causal: key j <= query i)."""
+    return not is_causal or cols.start <= rows.stop - 1
+
+
+def block_scores(q, k, mask, rows, cols, scale, is_causal):
+    """S = scale * Q[rows] K[cols]^T for one block, plus the mask: -inf where a query may not see a key (causal, or a
+    boolean mask that is False), or a float mask's values. The mask broadcasts to the scores; its dims of size 1
+    stay size 1, so only the others are sliced."""
+    xp = xp_of(q)
+    s = scale * (q[..., rows, :] @ xp.swapaxes(k[..., cols, :], -1, -2))
+    if is_causal:
+        hidden = xp.arange(cols.start, cols.stop)[None, :] > xp.arange(rows.start, rows.stop)[:, None]
+        s = xp.where(hidden, xp.asarray(-xp.inf, dtype=s.dtype), s)
+    if mask is not None:
+        s = s + additive_mask(mask[..., rows if mask.shape[-2] > 1 else slice(None),
+                                   cols if mask.shape[-1] > 1 else slice(None)], s.dtype)
+    return s
+
+
+def attend(q, k, v, mask, scale):
+    """O = P V with P = softmax(scale * Q K^T + mask) over the keys; a row with every key masked gives P = 0.
+    Returns O and P."""
+    s = scale * (q @ xp_of(q).swapaxes(k, -1, -2))
+    if mask is not None:
+        s = s + additive_mask(mask, q.dtype)
+    p = softmax_array(s, -1)
+    return p @ v, p
+
+
+def attend_backward(q, k, v, p, grad, scale):
+    """dQ, dK, dV and dS (what a float mask, added to S, gets) of attend, given dO = grad. Each keeps the broadcast
+    shape of the computation: where k was shared by several query heads, dK still has one slice per query head."""
+    xp = xp_of(grad)
+    grad_v = xp.swapaxes(p, -1, -2) @ grad
+    grad_p = grad @ xp.swapaxes(v, -1, -2)
+    grad_s = p * (grad_p - (grad_p * p).sum(axis=-1, keepdims=True))
+    return scale * (grad_s @ k), scale * (xp.swapaxes(grad_s, -1, -2) @ q), grad_v, grad_s
