@@ -194,7 +194,19 @@ def measure(args):
     if "approx_flops" in result:
         result["gflops_per_s"] = result["approx_flops"] / median / 1e9
     result.update({k: v for k, v in vars(args).items() if k not in result and v is not None})
+    result["machine"] = machine(work)
     return result
+
+
+def machine(work):
+    """What the numbers ran on: CPU model and vector ISA, and the framework's own view of its threads and kernels."""
+    from tinyattn import environment
+    model, isa = environment.cpu_model()
+    if work.framework == "torch":
+        torch = work.torch
+        return {"cpu": model, "isa": isa, "torch": torch.__version__, "threads": torch.get_num_threads(),
+                "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    return environment.describe(work.device)
 
 
 def parse(argv):

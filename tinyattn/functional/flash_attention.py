@@ -175,10 +175,8 @@ class FastFlashAttention(Function):
         xp = xp_of(grad)
         grad = grad.reshape(out.shape)
         delta = (grad * out).sum(axis=-1, keepdims=True)                 # D = rowsum(dO * O)
-        k_scaled = k * scale
         q_aug = _appended(xp.broadcast_to(q * scale, out.shape[:-1] + q.shape[-1:]), -lse, axis=-1)
         grad_aug = _appended(grad, -delta, axis=-1)
-        k_aug_t, v_aug_t = (_appended(xp.swapaxes(x, -1, -2), 1, axis=-2) for x in (k, v))
         q_scaled = q_aug[..., :-1]
         # One slot per query head (k and v are broadcast over the group axis), summed over each group at the end.
         grad_k = xp.zeros(out.shape[:-2] + k.shape[-2:], dtype=q.dtype)
@@ -186,19 +184,22 @@ class FastFlashAttention(Function):
 
         def backward_columns(cols, sums):                                # one column block, all the rows that see it
             (grad_q,) = sums
+            # this block's [k, 1]^T and [v, 1]^T, made here rather than for all of K and V: less memory at once
+            k_aug_t, v_aug_t = (_appended(xp.swapaxes(x[..., cols, :], -1, -2), 1, axis=-2) for x in (k, v))
+            k_scaled = k[..., cols, :] * scale
             for rows in _blocks(q.shape[-2], block_size):
                 if not _visible(rows, cols, is_causal):
                     continue
                 q_block, grad_block = q_scaled[..., rows, :], grad[..., rows, :]
-                p = q_aug[..., rows, :] @ k_aug_t[..., cols]                     # S - L
+                p = q_aug[..., rows, :] @ k_aug_t                                # S - L
                 bias = _block_bias(mask, rows, cols, is_causal, q)
                 if bias is not None:
                     p += bias
                 xp.exp(p, out=p)                                                 # P, exact
                 grad_v[..., cols, :] += xp.swapaxes(p, -1, -2) @ grad_block
-                grad_s = grad_aug[..., rows, :] @ v_aug_t[..., cols]             # dP - D, made dS in place
+                grad_s = grad_aug[..., rows, :] @ v_aug_t                        # dP - D, made dS in place
                 grad_s *= p
-                grad_q[..., rows, :] += grad_s @ k_scaled[..., cols, :]
+                grad_q[..., rows, :] += grad_s @ k_scaled
                 grad_k[..., cols, :] += xp.swapaxes(grad_s, -1, -2) @ q_block
         (grad_q,) = cpu.sum_over_parts(backward_columns, _blocks(k.shape[-2], block_size),
                                        lambda: (xp.zeros_like(q_scaled),))
