@@ -5,7 +5,7 @@ from .. import cpu
 from ..backend import erfc, xp_of
 from ..ops import sigmoid_array
 from ..tensor import Function
-from . import twins
+from . import activations_kernel, twins
 
 _SQRT_HALF = math.sqrt(0.5)
 _SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
@@ -89,6 +89,10 @@ class FastGELU(Function):
     @staticmethod
     def forward(ctx, x, approximate):
         ctx.approximate = approximate
+        ctx.fused = activations_kernel.applies(x)                        # float32 on the GPU: one CUDA kernel
+        if ctx.fused:
+            ctx.save_for_backward(x)
+            return activations_kernel.gelu(x, approximate)
         flat = x.reshape(-1)
         if approximate == "tanh":
             y, th = cpu.for_each_piece(_gelu_tanh, flat)
@@ -101,6 +105,8 @@ class FastGELU(Function):
     @staticmethod
     def backward(ctx, grad):
         x, *kept = ctx.saved_tensors
+        if ctx.fused:
+            return activations_kernel.gelu_grad(grad, x, ctx.approximate), None
         grad_piece = _gelu_tanh_grad if ctx.approximate == "tanh" else _gelu_grad_piece
         return cpu.for_each_piece(grad_piece, grad.reshape(-1), x.reshape(-1), *kept).reshape(x.shape), None
 

@@ -1,9 +1,16 @@
-"""Flash attention as fused CUDA kernels: what flash_attention runs on the GPU when it can.
+"""Flash attention as fused CUDA kernels on the tensor cores: what flash_attention runs on the GPU when it can.
 
-The blockwise FlashAttention in attention.py launches a dozen array ops per block, each a pass over memory; on a
-GPU the launches and the passes dominate. flash_attention.cu (beside this file) runs the same algorithm with one
-thread block per 64 rows and head: forward, and a backward split in two kernels (dQ per query row, dK and dV per
-key) so that no two threads ever add into the same gradient. CuPy compiles it at first use, once per head size.
+The blockwise FlashAttention in flash_attention.py launches a dozen array ops per block, each a pass over memory; on
+a GPU the launches and the passes dominate. flash_attention.cu (beside this file) runs the same algorithm with one
+thread block per 64 rows and head, every block product on the tensor cores (mma.sync in TF32 with float32 sums):
+forward, and a backward split in two kernels (dQ per query row, dK and dV per key) so that no two threads ever add
+into the same gradient. CuPy compiles it at first use, once per head size and precision.
+
+Precision: by default each float32 operand goes in as two TF32 numbers and each product as three (3xTF32, as
+CUTLASS does and PyTorch's float32 attention kernels too): float32's accuracy, 2e-7 to 8e-7 relative against float64
+(measured on an H100), so the GPU path passes the same tests as the CPU's. With CuPy's TF32 switch on (CUPY_TF32=1,
+which also lets CuPy's own matrix products use TF32) one TF32 product: about twice as fast, with errors of 3e-4 to
+7e-4 relative. tests/test_attention.py bounds both.
 """
 import math
 import os
@@ -13,21 +20,21 @@ from ..tensor import Function
 
 _SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "flash_attention.cu")
 ROWS = 64                                    # rows per thread block, as in the .cu file
-MAX_HEAD_DIM = 128                           # two 32-row tiles of E floats must fit in 48 KiB of shared memory
-# Elements of a row each thread holds: fewer mean fewer registers, more shuffles per dot product. Measured on an
-# H100 (B=4, H=16, N=4096, E=64, causal): forward 6.4 ms with 32, 10.4 with 16, 10.9 with 64; forward + backward
-# 24 ms with 32, 33 with 16 in the backward, 37 with 8.
-ELEMENTS_PER_THREAD = 32
-_modules = {}
+THREADS = 128                                # 4 warps of 16 rows
+MAX_HEAD_DIM = 128
+_modules, _kernels = {}, {}
 
 
-def threads_per_row(head_dim):
-    """Threads sharing one row: the fewest (1, 2 or 4) that leave each at most ELEMENTS_PER_THREAD elements in whole
-    float4 chunks; None when head_dim cannot be split that way."""
-    for threads in (1, 2, 4):
-        if head_dim % (4 * threads) == 0 and head_dim // threads <= ELEMENTS_PER_THREAD:
-            return threads
-    return None
+def tile_rows(head_dim):
+    """Rows of K and V (forward, dQ) or of Q and dO (dK, dV) per shared-memory tile. Measured on an H100 (B=4,
+    H=16, N=4096, causal, forward + backward): at head size 64, 64-row tiles beat 32 by 6-8%; at 128, 32-row tiles
+    beat 64 by 12% and leave the dK/dV kernel, which holds 2 x 16 x E accumulators per warp, within 255 registers."""
+    return 64 if head_dim <= 64 else 32
+
+
+def uses_tf32():
+    """True when CuPy's TF32 switch is on: then the kernels multiply in plain TF32."""
+    return os.environ.get("CUPY_TF32", "0") != "0"
 
 
 def unsupported(query, key, value, attn_mask):
@@ -39,8 +46,8 @@ def unsupported(query, key, value, attn_mask):
     e = query.shape[-1]
     if key.shape[-1] != e or value.shape[-1] != e:
         return f"query, key and value need one head size, got {query.shape}, {key.shape}, {value.shape}"
-    if e > MAX_HEAD_DIM or threads_per_row(e) is None:
-        return f"head size {e} is not supported (a multiple of 4 up to 32, of 8 up to 64, of 16 up to 128)"
+    if e > MAX_HEAD_DIM or e % 4:
+        return f"head size {e} is not supported (a multiple of 4 up to {MAX_HEAD_DIM})"
     if query.ndim < 3 or query.shape[:-3] != key.shape[:-3] or key.shape != value.shape:
         return (f"it needs (..., heads, length, {e}) inputs with the same batch dims, got {query.shape}, "
                 f"{key.shape}, {value.shape}")
@@ -48,18 +55,34 @@ def unsupported(query, key, value, attn_mask):
         return f"it needs non-empty sequences and at most 65535 batch x heads, got {query.shape}, {key.shape}"
     if not all(is_cupy_array(t.array) for t in (query, key, value)):
         return f"it needs CUDA tensors, got {query.device}, {key.device}, {value.device}"
+    capability = xp_of(query.array).cuda.Device().compute_capability
+    if int(capability) < 80:
+        return f"it needs tensor cores with TF32 (compute capability 8.0 or newer), got {capability}"
     return None
 
 
+def _shared_bytes(name, head_dim, tile):
+    """Dynamic shared memory of one thread block: rows of (E rounded up to 8) + 4 floats, as in the .cu file."""
+    stride = -(-head_dim // 8) * 8 + 4
+    rows = {"flash_forward": ROWS + 2 * tile, "flash_backward_q": 2 * ROWS + 2 * tile,
+            "flash_backward_kv": 2 * ROWS + 2 * tile}[name]
+    extra = 2 * tile if name == "flash_backward_kv" else 0          # its tiles of L and D
+    return 4 * (rows * stride + extra)
+
+
 def _kernel(xp, name, head_dim):
-    """A compiled kernel and its threads per row; one module per head size, compiled at first use."""
-    threads = threads_per_row(head_dim)
-    if head_dim not in _modules:
-        with open(_SOURCE) as f:
-            source = f.read()
-        _modules[head_dim] = xp.RawModule(
-            code=source, options=(f"-DHEAD_DIM={head_dim}", f"-DTHREADS_PER_ROW={threads}"))
-    return _modules[head_dim].get_function(name), threads
+    """A compiled kernel and its shared memory in bytes. One module per head size and precision, compiled at first
+    use (CuPy keeps the binary on disk too)."""
+    split, tile = int(not uses_tf32()), tile_rows(head_dim)
+    if (name, head_dim, split) not in _kernels:
+        options = (f"-DHEAD_DIM={head_dim}", f"-DTILE={tile}", f"-DSPLIT={split}")
+        if options not in _modules:
+            with open(_SOURCE) as f:
+                _modules[options] = xp.RawModule(code=f.read(), options=options)
+        kernel, shared = _modules[options].get_function(name), _shared_bytes(name, head_dim, tile)
+        kernel.max_dynamic_shared_size_bytes = shared                    # above 48 KiB it must be asked for
+        _kernels[name, head_dim, split] = kernel, shared
+    return _kernels[name, head_dim, split]
 
 
 def _rows_of(x):
@@ -72,10 +95,10 @@ def _rows_of(x):
 def _launch(name, blocks, arrays, sizes, scale, is_causal):
     """Run one kernel over (ceil(rows / 64), heads) thread blocks; ints and the scale go as 32-bit scalars."""
     xp = xp_of(arrays[0])
-    kernel, threads = _kernel(xp, name, arrays[0].shape[-1])
+    kernel, shared = _kernel(xp, name, arrays[0].shape[-1])
     rows, heads = blocks
-    kernel(((rows + ROWS - 1) // ROWS, heads), (ROWS * threads,),
-           (*arrays, *(xp.int32(s) for s in sizes), xp.float32(scale), xp.int32(is_causal)))
+    kernel(((rows + ROWS - 1) // ROWS, heads), (THREADS,),
+           (*arrays, *(xp.int32(s) for s in sizes), xp.float32(scale), xp.int32(is_causal)), shared_mem=shared)
 
 
 class FusedFlashAttention(Function):

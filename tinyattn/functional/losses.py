@@ -4,7 +4,7 @@ import warnings
 from .. import cpu, ops
 from ..backend import xp_of
 from ..tensor import Function, Tensor, as_array
-from . import twins
+from . import losses_kernel, twins
 from .softmax import log_softmax_array, log_softmax_last
 
 
@@ -62,6 +62,15 @@ class FastCrossEntropy(Function):
     @staticmethod
     def forward(ctx, logits, target, ignore_index, reduction, label_smoothing):
         xp = xp_of(logits)
+        ctx.reduction, ctx.label_smoothing = reduction, label_smoothing
+        ctx.fused = losses_kernel.applies(logits)                        # float32 on the GPU: CUDA kernels
+        if ctx.fused:                                                    # keeping each row's log-sum-exp only
+            logits, target = xp.ascontiguousarray(logits), xp.ascontiguousarray(target, dtype=xp.int64)
+            losses, lse = losses_kernel.cross_entropy(logits, target, ignore_index, label_smoothing)
+            valid = target != ignore_index
+            count = valid.sum(dtype=logits.dtype)
+            ctx.save_for_backward(logits, target, valid, count, lse)
+            return _reduce(losses, count, reduction)
         log_p = log_softmax_last(logits)
         valid = target != ignore_index
         target = xp.where(valid, target, 0)
@@ -72,11 +81,14 @@ class FastCrossEntropy(Function):
         losses *= valid
         count = valid.sum(dtype=logits.dtype)
         ctx.save_for_backward(log_p, target, valid, count)
-        ctx.reduction, ctx.label_smoothing = reduction, label_smoothing
         return _reduce(losses, count, reduction)
 
     @staticmethod
     def backward(ctx, grad):
+        if ctx.fused:
+            logits, target, valid, count, lse = ctx.saved_tensors
+            return (losses_kernel.cross_entropy_grad(logits, target, valid, lse, _upstream(grad, count, ctx.reduction),
+                                                     ctx.label_smoothing), None, None, None, None)
         log_p, target, valid, count = ctx.saved_tensors
         xp = xp_of(log_p)
         grad_logits = xp.exp(log_p)

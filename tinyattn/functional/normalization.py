@@ -5,7 +5,7 @@ import math
 from .. import cpu, ops
 from ..backend import xp_of
 from ..tensor import Function
-from . import twins
+from . import normalization_kernel, twins
 
 
 def _shapes(x, weight, bias):
@@ -120,8 +120,12 @@ def _rms_norm_grad_piece(grad, normed, rstd, weight):
 class FastLayerNorm(Function):
     @staticmethod
     def forward(ctx, x, weight, bias, n_features, eps):
-        out, normed, rstd = cpu.for_each_piece(lambda rows: _layer_norm_piece(rows, weight, bias, eps),
-                                               x.reshape(-1, n_features))
+        ctx.fused = normalization_kernel.applies(x, weight, bias)        # float32 on the GPU: one CUDA kernel
+        if ctx.fused:
+            out, normed, rstd = normalization_kernel.layer_norm(x, weight, bias, n_features, eps)
+        else:
+            out, normed, rstd = cpu.for_each_piece(lambda rows: _layer_norm_piece(rows, weight, bias, eps),
+                                                   x.reshape(-1, n_features))
         ctx.save_for_backward(normed, rstd, weight)
         ctx.shapes = _shapes(x, weight, bias)
         return out.reshape(x.shape)
@@ -131,7 +135,10 @@ class FastLayerNorm(Function):
         normed, rstd, weight = ctx.saved_tensors
         x_shape, weight_shape, bias_shape = ctx.shapes
         grad = grad.reshape(normed.shape)
-        grad_x = cpu.for_each_piece(lambda *rows: _layer_norm_grad_piece(*rows, weight), grad, normed, rstd)
+        if ctx.fused:
+            grad_x = normalization_kernel.layer_norm_grad(grad, normed, rstd, weight)
+        else:
+            grad_x = cpu.for_each_piece(lambda *rows: _layer_norm_grad_piece(*rows, weight), grad, normed, rstd)
         return (grad_x.reshape(x_shape), *_affine_grads(grad, normed, weight_shape, bias_shape, cpu.leading_axes_sum),
                 None, None)
 

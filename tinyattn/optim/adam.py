@@ -3,6 +3,7 @@ import math
 
 from .. import backend, cpu
 from ..tensor import no_grad
+from . import adam_kernel
 from .optimizer import Optimizer
 
 
@@ -25,6 +26,9 @@ class Adam(Optimizer):
             if p not in self.state:
                 xp = backend.xp_of(p.array)
                 self.state[p] = {"step": 0, "exp_avg": xp.zeros_like(p.array), "exp_avg_sq": xp.zeros_like(p.array)}
+        if adam_kernel.applies(updates, self.state):    # float32 on the GPU: one CUDA kernel for all parameters
+            adam_kernel.step(updates, self.state, self.decoupled)
+            return
         # Each parameter's update is independent: the CPU threads share them.
         cpu.for_each_part(lambda update: self._update(*update), updates)
 
