@@ -150,13 +150,14 @@ def test_default_device_setting(monkeypatch):
 
 
 def test_repr_prints_as_pytorch_does():
+    on = "" if ta.get_default_device() == "cpu" else ", device='cuda:0'"
     x = ta.tensor([1.0], requires_grad=True)
-    assert repr(x) == "tensor([1.], requires_grad=True)"
-    assert repr(x * 2) == "tensor([2.], grad_fn=<MulBackward>)"
-    assert repr(ta.tensor([[1.5, 2.0]])) == "tensor([[1.5000, 2.0000]])"
-    assert repr(ta.tensor([1, 2])) == "tensor([1, 2])"                          # default dtypes go unsaid
-    assert repr(ta.tensor([1.0], dtype="float64")) == "tensor([1.], dtype=tinyattn.float64)"
-    assert repr(ta.tensor([1e-5, 1.0])) == "tensor([1.0000e-05, 1.0000e+00])"    # a wide range: scientific
+    assert repr(x) == f"tensor([1.]{on}, requires_grad=True)"
+    assert repr(x * 2) == f"tensor([2.]{on}, grad_fn=<MulBackward>)"
+    assert repr(ta.tensor([[1.5, 2.0]])) == f"tensor([[1.5000, 2.0000]]{on})"
+    assert repr(ta.tensor([1, 2])) == f"tensor([1, 2]{on})"                     # default dtypes go unsaid
+    assert repr(ta.tensor([1.0], dtype="float64")) == f"tensor([1.]{on}, dtype=tinyattn.float64)"
+    assert repr(ta.tensor([1e-5, 1.0])) == f"tensor([1.0000e-05, 1.0000e+00]{on})"   # a wide range: scientific
     assert f"{ta.tensor(0.123456):.3f}" == "0.123"
 
 
@@ -171,7 +172,7 @@ def test_mixing_devices_names_both():
 @pytest.mark.gpu
 def test_raw_array_on_another_device_names_both():
     scores = ta.zeros(2, 3, device="cuda")
-    with pytest.raises(RuntimeError, match=r"cuda \(2, 3\), cpu \(2, 3\)"):
+    with pytest.raises(RuntimeError, match=r"cuda(:0)? \(2, 3\), cpu \(2, 3\)"):
         scores.masked_fill(np.ones((2, 3), dtype=bool), 0.0)           # a host mask for a GPU tensor
 
 

@@ -2,7 +2,7 @@
 
 tensor([[1.5000, 2.0000]]) for floats (4 decimals, or scientific notation when the values span more than a factor of
 1000 or are very large or small), the dtype shown only when it is not the default of its kind (float32, int64, bool),
-then device, requires_grad or grad_fn. Long tensors are summarised with ... as PyTorch does past 1000 elements.
+with the device first when it is not the CPU, then requires_grad or grad_fn. Long tensors are summarised with ... as PyTorch does past 1000 elements.
 """
 import numpy
 
@@ -22,8 +22,9 @@ def _float_format(values):
     return (lambda v: f"{v:.0f}.") if whole else (lambda v: f"{v:.4f}")
 
 
-def tensor_repr(array, dtype_name, extras):
-    """The text of tensor(...): the values, then ', dtype=...' if not a default, then extras (strings)."""
+def tensor_repr(array, dtype_name, device, grad):
+    """The text of tensor(...): the values, then device (if not the CPU), dtype (if not a default) and grad (a
+    "requires_grad=True" or "grad_fn=<...>", or None), in PyTorch's order."""
     values = backend.to_host(array)
     if values.dtype.kind == "f":
         formatter = {"float_kind": _float_format(values.astype(numpy.float64))}
@@ -31,6 +32,8 @@ def tensor_repr(array, dtype_name, extras):
         formatter = None
     body = numpy.array2string(values, separator=", ", prefix="tensor(", formatter=formatter, threshold=1000,
                               edgeitems=3, max_line_width=80)
+    extras = [f"device='{device}'"] if device != "cpu" else []
     if dtype_name not in _DEFAULTS:
-        extras = [f"dtype=tinyattn.{dtype_name}"] + list(extras)
+        extras.append(f"dtype=tinyattn.{dtype_name}")
+    extras += [grad] if grad else []
     return "tensor(" + body + "".join(", " + e for e in extras) + ")"

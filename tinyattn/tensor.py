@@ -249,12 +249,9 @@ class Tensor:
         return self.shape[0]
 
     def __repr__(self):
-        extras = [] if self.device == "cpu" else [f"device='{self.device}'"]
-        if self._node is not None:
-            extras.append(f"grad_fn=<{self._node.name()}>")
-        elif self.requires_grad:
-            extras.append("requires_grad=True")
-        return printing.tensor_repr(self.array, self.dtype.name, extras)
+        grad = f"grad_fn=<{self._node.name()}>" if self._node is not None else \
+            "requires_grad=True" if self.requires_grad else None
+        return printing.tensor_repr(self.array, self.dtype.name, str(self.device), grad)
 
     def __format__(self, spec):
         """f"{loss:.4f}" formats a one-element tensor as its number, as in PyTorch."""

@@ -68,9 +68,8 @@ class IndexPut(Function):
 def _along(index, dim):
     """Full index arrays that pick, for every position of index, the element index names along dim."""
     xp = xp_of(index)
-    grids = list(xp.indices(index.shape, sparse=True))
-    grids[dim] = index
-    return tuple(grids)
+    return tuple(index if axis == dim else xp.arange(n).reshape((-1,) + (1,) * (index.ndim - axis - 1))
+                 for axis, n in enumerate(index.shape))
 
 
 class Gather(Function):
