@@ -28,7 +28,7 @@ rng = np.random.default_rng(0)
 # ## Online softmax, by hand
 # softmax(x)_i = exp(x_i - m) / sum_j exp(x_j - m) for any m; m = max keeps exp from overflowing. Reading x in
 # chunks, keep the max m and the sum l of exp(x - m) so far. When a chunk raises the max to m', rescale the old sum
-# by exp(m - m') before adding the chunk's terms.
+# by exp(m - m') before adding the chunk's terms. (Exercise: `lessons/exercises/online_softmax.py`, masked rows too.)
 
 # %%
 x = rng.standard_normal(1000) * 30
@@ -47,6 +47,7 @@ assert np.allclose(online, full, atol=1e-15)
 # The same trick with a weighted sum of values carried along: rescale the accumulated output by exp(m - m') too.
 # At the end of a row block, keep one number per query besides its output: the log-sum-exp L = m + log(l). It is
 # all the backward needs to rebuild any block of probabilities exactly, as P = exp(S - L).
+# (Exercise: `lessons/exercises/flash_forward.py`, with masks, ragged blocks and grouped heads.)
 
 # %%
 def blockwise_attention(q, k, v, block=64):
@@ -84,7 +85,7 @@ assert np.allclose(out, naive_out.numpy(), atol=1e-12)
 # And rowsum(dP * P) needs whole rows of P, but it equals D = rowsum(dO * O), one number per query computed before
 # the loop: sum_j dP_ij P_ij = sum_j (dO_i . v_j) P_ij = dO_i . sum_j P_ij v_j = dO_i . O_i. So for every pair of a
 # key block j and a query block i: dV_j += P^T dO_i, dP = dO_i V_j^T, dS = P * (dP - D_i), dQ_i += s dS K_j,
-# dK_j += s dS^T Q_i; nothing of size N x N is ever held.
+# dK_j += s dS^T Q_i; nothing of size N x N is ever held. (Exercise: `lessons/exercises/flash_backward.py`.)
 
 # %%
 def blockwise_attention_backward(q, k, v, out, lse, grad_out, block=64):
@@ -158,16 +159,31 @@ for n in sizes:
 print(f"at N={largest}: flash uses {memory_ratio:.3f}x the naive path's extra memory and {time_ratio:.2f}x its time")
 
 # %%
-fig, axes = viz.plt.subplots(1, 2, figsize=(10, 3.4))
+fig, axes = viz.plt.subplots(1, 2, figsize=(10, 3.6))
 for impl, marker in (("naive", "o"), ("flash", "s")):
     axes[0].plot(sizes, [measured[impl][n]["traced_peak_mib"] for n in sizes], marker=marker, label=impl)
     axes[1].plot(sizes, [measured[impl][n]["median_s"] for n in sizes], marker=marker, label=impl)
-axes[0].set(xscale="log", yscale="log", xlabel="sequence length N", ylabel="extra peak memory (MiB)",
-            title="memory: N^2 against N")
-axes[1].set(xscale="log", yscale="log", xlabel="sequence length N", ylabel="forward+backward (s)", title="time")
+# Guide lines through the first measurement: what growing as N and as N^2 would look like from there.
+ratio = np.asarray(sizes, dtype=float) / sizes[0]
+first_naive, first_flash = measured["naive"][sizes[0]], measured["flash"][sizes[0]]
+axes[0].plot(sizes, first_naive["traced_peak_mib"] * ratio ** 2, color="0.5", linestyle="--", linewidth=1,
+             label="guide: grows as N^2")
+axes[0].plot(sizes, first_flash["traced_peak_mib"] * ratio, color="0.5", linestyle=":", linewidth=1,
+             label="guide: grows as N")
+axes[1].plot(sizes, first_naive["median_s"] * ratio ** 2, color="0.5", linestyle="--", linewidth=1,
+             label="guide: grows as N^2")
+axes[0].set(ylabel="peak memory of one step (MiB, traced)",
+            title="memory of forward+backward, causal, 8 heads, d = 64")
+axes[1].set(ylabel="forward+backward (s, median)", title="time of forward+backward, same sizes")
 for ax in axes:
-    ax.legend()
+    ax.set(xscale="log", yscale="log", xlabel="sequence length N")
+    ax.set_xticks(sizes, labels=[str(n) for n in sizes])
+    ax.minorticks_off()
+    ax.tick_params(labelsize=8)
+    ax.title.set_fontsize(10)
+    ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
+fig.tight_layout()
 viz.save(fig, plot_path(args, "04_flash_memory_time.png"))
 
 # %% [markdown]

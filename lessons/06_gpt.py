@@ -1,8 +1,10 @@
 # %% [markdown]
 # # 06 · GPT: a character language model, and the KV cache
 #
-# A decoder-only Transformer predicts each next character from the ones before it (Radford et al. 2018, 2019):
-# causal self-attention, pre-norm blocks, learned position embeddings. It trains here on the source code of
+# A decoder-only Transformer predicts each next character from the ones before it: causal self-attention and
+# learned position embeddings, as in GPT-1 (Radford et al. 2018), whose blocks were post-norm like the original
+# Transformer's (LayerNorm after each residual add); GPT-2 (Radford et al. 2019) moved the LayerNorm to the input of
+# each sub-block and added one after the last block, the pre-norm form used here. It trains here on the source code of
 # Python's own standard library, which every Python installation ships. We compare it with a count-based bigram
 # model in bits per character, sample from it, and time generation with and without a KV cache.
 
@@ -85,6 +87,43 @@ print(f"GPT forward by hand vs models.GPT, float64: max |difference| of the logi
 assert gpt_by_hand_err < 1e-10
 
 # %% [markdown]
+# ## Your own attention, inside the model
+# `F.use` runs a Function of your own wherever the library would run its own: in every module and every model, on
+# the fast path and the reference path alike, until its `with` block ends. Here the hand-written attention of the
+# `attention` exercise (its solution, lessons/exercises/solutions/attention.py) trains a copy of this GPT for three
+# steps, beside a copy on the library's attention and on the same batches: the losses agree to float32 rounding.
+# Write yours in lessons/exercises/attention.py, grade it with `python -m lessons check attention`, and plug it in
+# the same way.
+
+# %%
+import tinyattn.functional as F
+from exercises.solutions.attention import Attention          # lessons/ is on the path, as for `common`
+
+
+def three_steps_from_here():
+    copy = models.GPT(config)
+    copy.load_state_dict(model.state_dict())
+    copy_optimizer = optim.AdamW(copy.parameters(), lr=3e-3)
+    batches_rng, step_losses = np.random.default_rng(5), []
+    for _ in range(3):
+        x, y = corpus.batch("train", 4, 64, batches_rng)
+        _, loss = copy(ta.tensor(x), ta.tensor(y))
+        copy_optimizer.zero_grad()
+        loss.backward()
+        copy_optimizer.step()
+        step_losses.append(loss.item())
+    return step_losses
+
+
+library_losses = three_steps_from_here()
+with F.use(scaled_dot_product_attention=Attention):
+    own_losses = three_steps_from_here()
+use_loss_diff = max(abs(a - b) for a, b in zip(own_losses, library_losses))
+print(f"losses with the library's attention {[f'{l:.4f}' for l in library_losses]}, with the exercise's "
+      f"{[f'{l:.4f}' for l in own_losses]}: largest difference {use_loss_diff:.1e}")
+assert use_loss_diff < 1e-3
+
+# %% [markdown]
 # ## Training on random windows
 
 # %%
@@ -139,7 +178,15 @@ print(f"{new_tokens} new tokens: {uncached_s:.2f} s without the cache, {cached_s
 ta.manual_seed(2)
 sample = model.generate(prompt, block - prompt_len, temperature=0.8, top_k=20).numpy()[0]   # within trained positions
 print("sample:\n" + "".join(corpus.vocab.itos[i] for i in sample))
-viz.save(viz.curves({"train loss (nats)": losses}), plot_path(args, "06_gpt_loss.png"))
+window = min(20, len(losses))
+train_bits = np.convolve(losses, np.ones(window) / window, mode="valid") / np.log(2)   # nats -> bits, smoothed
+steps_axis = np.arange(window - 1, len(losses))                                          # each mean's last step
+viz.save(viz.curves({f"training batches (mean of {window} steps)": (steps_axis, train_bits)},
+                    ylabel="bits per character",
+                    title="GPT training, bits per character",
+                    hlines={f"bigram model, validation ({bigram_bpc:.2f})": bigram_bpc,
+                            f"GPT, validation ({val_bpc:.2f})": val_bpc}),
+         plot_path(args, "06_gpt_loss.png"))
 
 # %%
 if not args.quick:

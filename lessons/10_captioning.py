@@ -63,12 +63,18 @@ per_digit = weights.reshape(len(test), 3, grid_h, grid_w).sum(2).reshape(len(tes
 on_its_digit = float((per_digit.argmax(-1) == np.arange(3)).mean())
 print(f"test exact match {exact:.3f}; words whose attention peaks on their own digit: {on_its_digit:.3f}")
 
-fig, axes = viz.plt.subplots(3, 3, figsize=(10, 4.5))
+fig, axes = viz.plt.subplots(3, 3, figsize=(10, 5.2))
 for row, example in enumerate(range(3)):
     words = data.vocab.decode(ids[example], " ").split() + ["?"] * 3
+    gold = data.vocab.decode(data.captions[test[example], 1:4], " ").split()
     for word in range(3):
-        viz.patch_attention(data.images[test[example], 0], weights[example, word], model.grid, ax=axes[row, word],
-                            title=f"word {word + 1}: {words[word]}")
+        ax = axes[row, word]
+        viz.patch_attention(data.images[test[example], 0], weights[example, word], model.grid, ax=ax,
+                            title=f"word {word + 1}: {words[word]} (gold: {gold[word]})")
+        ax.title.set_color("black" if words[word] == gold[word] else "red")
+    axes[row, 0].set_ylabel(f"test strip {example}\ngold: {' '.join(gold)}", fontsize=8)
+fig.suptitle("attention over the 4x4 patches before each generated word (red title: word differs from gold)",
+             fontsize=10)
 viz.save(fig, plot_path(args, "10_caption_attention.png"))
 viz.save(viz.curves({"train loss": losses}, logy=True), plot_path(args, "10_loss.png"))
 

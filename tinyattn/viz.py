@@ -1,37 +1,63 @@
-"""Figures for the lessons, with matplotlib on the headless Agg backend. Every function takes host NumPy arrays
-(call Tensor.numpy() first) and returns the figure; save() writes it under plots/."""
+"""Figures for the lessons, with matplotlib. Every function takes host NumPy arrays (call Tensor.numpy() first) and
+returns the figure; save() writes it under plots/ and shows it where it can be seen."""
 import os
+import sys
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
-import numpy  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy
 
 
 def save(fig, path):
-    """Write fig to path (folders created), close it, and return the path."""
+    """Write fig to path (folders created) and say where; in a notebook show it inline too, and in a window when
+    a lesson is stepped through on a display (TINYATTN_SHOW_FIGURES=1, set by the stepper). Returns the path."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=110, bbox_inches="tight")
+    print(f"figure: {os.path.relpath(path)}", flush=True)
+    if "ipykernel" in sys.modules:
+        from IPython.display import display
+        display(fig)
+    elif os.environ.get("TINYATTN_SHOW_FIGURES") == "1":
+        plt.show(block=False)
+        plt.pause(0.001)
+        return path
     plt.close(fig)
     return path
 
 
-def attention_heatmap(weights, x_labels=None, y_labels=None, ax=None, title=None, cmap="viridis"):
-    """One (queries x keys) attention matrix with token labels on both axes: rows are queries, columns keys."""
+TICK_SIZE = 8          # points: the smallest text on any figure
+
+
+def _colorbar(image, ax, label=None, max_ticks=None):
+    """A slim colour bar beside ax (or beside a list of axes) that says what the colours mean."""
+    bar = (ax[0] if isinstance(ax, list) else ax).figure.colorbar(image, ax=ax, fraction=0.046, pad=0.03)
+    if max_ticks:
+        bar.locator = plt.MaxNLocator(max_ticks)
+        bar.update_ticks()
+    bar.ax.tick_params(labelsize=TICK_SIZE)
+    if label:
+        bar.set_label(label, fontsize=TICK_SIZE + 1)
+    return bar
+
+
+def attention_heatmap(weights, x_labels=None, y_labels=None, ax=None, title=None, cmap="viridis", colorbar=True):
+    """One (queries x keys) attention matrix with token labels on both axes: rows are queries, columns keys. The
+    colour bar gives the weights' scale (each row sums to 1)."""
     fig = None
     if ax is None:
-        fig, ax = plt.subplots(figsize=(0.3 * weights.shape[1] + 2, 0.3 * weights.shape[0] + 1.5))
-    ax.imshow(weights, cmap=cmap, vmin=0, aspect="auto")
+        fig, ax = plt.subplots(figsize=(0.3 * weights.shape[1] + 2.6, 0.3 * weights.shape[0] + 1.5))
+    image = ax.imshow(weights, cmap=cmap, vmin=0, aspect="auto")
     if x_labels is not None:
-        ax.set_xticks(range(len(x_labels)), labels=[repr(t)[1:-1] or " " for t in x_labels], fontsize=7,
+        ax.set_xticks(range(len(x_labels)), labels=[repr(t)[1:-1] or " " for t in x_labels], fontsize=TICK_SIZE,
                       rotation=90)
     if y_labels is not None:
-        ax.set_yticks(range(len(y_labels)), labels=[repr(t)[1:-1] or " " for t in y_labels], fontsize=7)
+        ax.set_yticks(range(len(y_labels)), labels=[repr(t)[1:-1] or " " for t in y_labels], fontsize=TICK_SIZE)
+    ax.tick_params(labelsize=TICK_SIZE)
     ax.set_xlabel("keys (attended to)")
     ax.set_ylabel("queries")
     if title:
         ax.set_title(title, fontsize=9)
+    if colorbar:
+        _colorbar(image, ax, "attention weight")
     return fig or ax.figure
 
 
@@ -39,38 +65,45 @@ def attention_grid(maps, x_labels=None, y_labels=None, row_names=None, title=Non
     """A grid of heatmaps: maps (rows, cols, Lq, Lk), e.g. layers x heads."""
     maps = numpy.asarray(maps)
     rows, cols = maps.shape[:2]
-    fig, axes = plt.subplots(rows, cols, figsize=(2.4 * cols + 1, 2.4 * rows + 0.5), squeeze=False)
+    labels = max(len(x_labels) if x_labels is not None else 0, len(y_labels) if y_labels is not None else 0)
+    side = max(2.4, 0.15 * labels + 0.6)                 # room for 8-point labels, one per token
+    fig, axes = plt.subplots(rows, cols, figsize=(side * cols + 1.5, side * rows + 0.8), squeeze=False,
+                             layout="constrained")
+    top = float(maps.max()) if maps.size else 1.0          # one colour scale for every panel
     for r in range(rows):
         for c in range(cols):
             ax = axes[r, c]
-            ax.imshow(maps[r, c], cmap="viridis", vmin=0, aspect="auto")
+            image = ax.imshow(maps[r, c], cmap="viridis", vmin=0, vmax=top, aspect="auto")
             ax.set_xticks([])
             ax.set_yticks([])
             if x_labels is not None and r == rows - 1:
-                ax.set_xticks(range(len(x_labels)), labels=list(x_labels), fontsize=6, rotation=90)
+                ax.set_xticks(range(len(x_labels)), labels=list(x_labels), fontsize=TICK_SIZE, rotation=90)
             if y_labels is not None and c == 0:
-                ax.set_yticks(range(len(y_labels)), labels=list(y_labels), fontsize=6)
-            ax.set_title((f"{row_names[r]}, " if row_names else "") + f"head {c}", fontsize=8)
+                ax.set_yticks(range(len(y_labels)), labels=list(y_labels), fontsize=TICK_SIZE)
+            ax.set_title((f"{row_names[r]}, " if row_names else "") + f"head {c}", fontsize=9)
+    _colorbar(image, list(axes.reshape(-1)), "attention weight")
     if title:
         fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
     return fig
 
 
-def patch_attention(image, weights, grid, ax=None, title=None):
-    """Attention over image patches laid on the image: weights (grid_h * grid_w,) upsampled to the image size."""
+def patch_attention(image, weights, grid, ax=None, title=None, colorbar=True):
+    """Attention over image patches laid on the image: weights (grid_h * grid_w,) upsampled to the image size. The
+    colour bar gives this panel's scale of weights (from 0)."""
     grid_h, grid_w = grid
     fig = None
     if ax is None:
-        fig, ax = plt.subplots(figsize=(3, 3 * image.shape[0] / image.shape[1] + 0.4))
+        fig, ax = plt.subplots(figsize=(3.6, 3 * image.shape[0] / image.shape[1] + 0.4))
     heat = numpy.kron(numpy.asarray(weights).reshape(grid_h, grid_w),
                       numpy.ones((image.shape[0] // grid_h, image.shape[1] // grid_w)))
     ax.imshow(image, cmap="gray")
-    ax.imshow(heat, cmap="inferno", alpha=0.55)
+    overlay = ax.imshow(heat, cmap="inferno", alpha=0.55, vmin=0)
     ax.set_xticks([])
     ax.set_yticks([])
     if title:
         ax.set_title(title, fontsize=9)
+    if colorbar:
+        _colorbar(overlay, ax, max_ticks=3)
     return fig or ax.figure
 
 
@@ -81,39 +114,95 @@ def position_similarity(pos_embed, grid, title="cosine similarity of position em
     e = numpy.asarray(pos_embed, dtype=numpy.float64)
     e = e / numpy.linalg.norm(e, axis=1, keepdims=True)
     sim = e @ e.T
-    fig, axes = plt.subplots(grid_h, grid_w, figsize=(1.1 * grid_w, 1.1 * grid_h))
-    for i, ax in enumerate(numpy.asarray(axes).reshape(-1)):
-        ax.imshow(sim[i].reshape(grid_h, grid_w), cmap="viridis", vmin=-1, vmax=1)
+    fig, axes = plt.subplots(grid_h, grid_w, figsize=(1.1 * grid_w + 1.2, 1.1 * grid_h + 0.4), squeeze=False,
+                             layout="constrained")
+    for i, ax in enumerate(axes.reshape(-1)):
+        image = ax.imshow(sim[i].reshape(grid_h, grid_w), cmap="viridis", vmin=-1, vmax=1)
         ax.set_xticks([])
         ax.set_yticks([])
+    for r in range(grid_h):                              # the outer grid: which patch each small square belongs to
+        axes[r, 0].set_ylabel(f"row {r}", fontsize=TICK_SIZE)
+    for c in range(grid_w):
+        axes[-1, c].set_xlabel(f"col {c}", fontsize=TICK_SIZE)
+    _colorbar(image, list(axes.reshape(-1)), "cosine similarity")
     fig.suptitle(title, fontsize=10)
     return fig
 
 
-def attention_distance(distances, patch_size=None):
-    """Mean attention distance of each head against depth: distances (depth, heads)."""
+def attention_distance(distances, uniform=None, limits=None):
+    """Mean attention distance of each head against depth: distances (depth, heads). uniform: the distance of
+    attention spread evenly over every patch, drawn as a dashed line; limits: (nearest, farthest) distance the
+    patch grid allows, which fixes the y axis so that noise around one value does not look like a trend."""
     distances = numpy.asarray(distances)
-    fig, ax = plt.subplots(figsize=(4, 3))
+    fig, ax = plt.subplots(figsize=(4.6, 3.2))
     for layer, row in enumerate(distances):
-        ax.scatter(numpy.full(len(row), layer), row, s=18)
+        ax.scatter(numpy.full(len(row), layer), row, s=18, color="C0", label="a head" if layer == 0 else None)
+    if uniform is not None:
+        ax.axhline(uniform, color="gray", linestyle="--", label=f"uniform attention ({uniform:.1f})")
+    if limits is not None:
+        ax.set_ylim(*limits)
+    ax.set_xticks(range(len(distances)))
+    ax.tick_params(labelsize=TICK_SIZE)
     ax.set_xlabel("network depth (block)")
     ax.set_ylabel("mean attention distance (pixels)")
-    ax.set_title("how far each head looks", fontsize=10)
+    ax.set_title("mean attention distance of each head", fontsize=10)
+    ax.legend(fontsize=TICK_SIZE)
     return fig
 
 
-def curves(series, xlabel="step", ylabel="loss", title=None, logy=False):
-    """Line plots of named series: {name: values} or {name: (xs, ys)}."""
+def curves(series, xlabel="step", ylabel="loss", title=None, logy=False, hlines=None):
+    """Line plots of named series: {name: values} or {name: (xs, ys)}. hlines: {label: y} drawn as dashed
+    horizontal reference lines (a baseline to beat)."""
     fig, ax = plt.subplots(figsize=(5, 3.2))
     for name, values in series.items():
         xs, ys = values if isinstance(values, tuple) else (numpy.arange(len(values)), values)
         ax.plot(xs, ys, label=name, marker="o" if len(ys) < 20 else None)
+    for i, (label, y) in enumerate((hlines or {}).items()):
+        ax.axhline(y, color="gray", linestyle=("--", ":", "-.")[i % 3], label=label)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if logy:
         ax.set_yscale("log")
+    ax.tick_params(labelsize=TICK_SIZE)
     if title:
         ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=TICK_SIZE)
     ax.grid(alpha=0.3)
+    return fig
+
+
+def bars(values, errors=None, ylabel="", title=None, hlines=None, group_labels=None, fmt="{:.3f}", ymin=None):
+    """A bar per name, its value written on it: values {name: number}, or {name: [numbers]} for a group of bars per
+    name (group_labels names the bars of a group). errors, shaped as values: half-widths drawn as error bars (a
+    spread over seeds). hlines: {label: y} dashed reference lines. ymin: where the y axis starts, when the differences
+    that matter are small next to the values (the axis label then says so)."""
+    names = list(values)
+    grouped = numpy.ndim(values[names[0]]) > 0
+    table = numpy.array([numpy.atleast_1d(values[n]) for n in names], dtype=float)            # (names, group)
+    spread = None if errors is None else numpy.array([numpy.atleast_1d(errors[n]) for n in names], dtype=float)
+    groups = table.shape[1]
+    width = 0.8 / groups
+    fig, ax = plt.subplots(figsize=(max(4.5, 0.75 * len(names) * max(1, groups * 0.7) + 1.5), 3.4))
+    for g in range(groups):
+        xs = numpy.arange(len(names)) + (g - (groups - 1) / 2) * width
+        label = group_labels[g] if grouped and group_labels else None
+        drawn = ax.bar(xs, table[:, g], width * 0.95, label=label,
+                       yerr=None if spread is None else spread[:, g], capsize=3)
+        ax.bar_label(drawn, labels=[fmt.format(v) for v in table[:, g]], fontsize=TICK_SIZE, padding=2)
+    for i, (label, y) in enumerate((hlines or {}).items()):
+        ax.axhline(y, color="gray", linestyle=("--", ":", "-.")[i % 3], label=label)
+    ax.set_xticks(range(len(names)), labels=names, fontsize=TICK_SIZE, rotation=20 if len(names) > 4 else 0,
+                  ha="right" if len(names) > 4 else "center")
+    ax.tick_params(axis="y", labelsize=TICK_SIZE)
+    ax.margins(y=0.15)
+    if ymin is not None:
+        top = float((table + (0 if spread is None else spread)).max())
+        ax.set_ylim(ymin, top + 0.15 * (top - ymin))
+        ylabel = f"{ylabel} (axis from {ymin:g})"
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title, fontsize=10)
+    if (grouped and group_labels) or hlines:
+        ax.legend(fontsize=TICK_SIZE)
+    ax.grid(axis="y", alpha=0.3)
     return fig

@@ -13,7 +13,7 @@ from .activations import gelu, silu
 from .additive_attention import additive_attention, additive_scores
 from .attention import attention_weights, scaled_dot_product_attention
 from .attention_inputs import causal_mask
-from .conv import conv2d
+from .conv import conv2d, unfold
 from .dropout import dropout
 from .embedding import embedding, one_hot
 from .flash_attention import flash_attention

@@ -1,4 +1,5 @@
-"""conv2d: input (B, C, H, W), weight (O, C, kh, kw) -> (B, O, H', W'), as torch.nn.functional.conv2d."""
+"""conv2d: input (B, C, H, W), weight (O, C, kh, kw) -> (B, O, H', W'), as torch.nn.functional.conv2d; and unfold,
+the windows a convolution reads as columns (im2col), which the fast conv2d multiplies by its weight."""
 from .. import cpu
 from ..backend import xp_of
 from ..tensor import Function
@@ -19,6 +20,45 @@ def _window(i, j, stride, out_h, out_w):
     """The positions that kernel offset (i, j) reads for every output pixel: a strided slice of the padded input."""
     (sh, sw) = stride
     return (slice(None), slice(None), slice(i, i + sh * out_h, sh), slice(j, j + sw * out_w, sw))
+
+
+def im2col(x, kernel, stride, padding):
+    """(B, C, H, W) -> (B, C, kh, kw, H', W'): [:, :, i, j] is the window that kernel offset (i, j) reads for every
+    output pixel (zeros beyond the border)."""
+    xp = xp_of(x)
+    padded = _padded(x, padding)
+    out_h, out_w = _output_size(x.shape, (None, None) + tuple(kernel), stride, padding)
+    cols = xp.empty(x.shape[:2] + tuple(kernel) + (out_h, out_w), dtype=x.dtype)
+    for i in range(kernel[0]):
+        for j in range(kernel[1]):
+            cols[:, :, i, j] = padded[_window(i, j, stride, out_h, out_w)]
+    return cols
+
+
+def col2im(cols, x_shape, stride, padding):
+    """The adjoint of im2col: every window's values added back where it was read (overlapping windows add up)."""
+    (ph, pw), (kh, kw), (out_h, out_w) = padding, cols.shape[2:4], cols.shape[4:]
+    padded = xp_of(cols).zeros(x_shape[:2] + (x_shape[2] + 2 * ph, x_shape[3] + 2 * pw), dtype=cols.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            padded[_window(i, j, stride, out_h, out_w)] += cols[:, :, i, j]
+    return padded[:, :, ph:ph + x_shape[2], pw:pw + x_shape[3]]
+
+
+class Unfold(Function):
+    """x (B, C, H, W) -> (B, C * kh * kw, H' * W'): each output pixel's window as a column (im2col), as
+    torch.nn.functional.unfold; backward adds each window's gradient back where it was read."""
+
+    @staticmethod
+    def forward(ctx, x, kernel, stride, padding):
+        cols = im2col(x, kernel, stride, padding)
+        ctx.geometry = (x.shape, cols.shape, stride, padding)
+        return cols.reshape(cols.shape[0], -1, cols.shape[-2] * cols.shape[-1])
+
+    @staticmethod
+    def backward(ctx, grad):
+        x_shape, cols_shape, stride, padding = ctx.geometry
+        return col2im(grad.reshape(cols_shape), x_shape, stride, padding), None, None, None
 
 
 class ReferenceConv2d(Function):
@@ -65,41 +105,29 @@ class FastConv2d(Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, stride, padding):
-        xp = xp_of(x)
-        padded = _padded(x, padding)
-        batch, channels = x.shape[:2]
-        out_ch, _, kh, kw = weight.shape
-        out_h, out_w = _output_size(x.shape, weight.shape, stride, padding)
-        cols = xp.empty((batch, channels, kh, kw, out_h, out_w), dtype=x.dtype)   # cols[:, :, i, j] = window(i, j)
-        for i in range(kh):
-            for j in range(kw):
-                cols[:, :, i, j] = padded[_window(i, j, stride, out_h, out_w)]
-        cols = cols.reshape(batch, channels * kh * kw, out_h * out_w)
+        cols = im2col(x, weight.shape[2:], stride, padding)
+        batch, out_ch, (out_h, out_w) = x.shape[0], weight.shape[0], cols.shape[-2:]
+        cols = cols.reshape(batch, -1, out_h * out_w)
         out = weight.reshape(out_ch, -1) @ cols
         if bias is not None:
             out += bias[:, None]
         ctx.save_for_backward(cols, weight)
-        ctx.geometry = (x.shape, padded.shape, stride, padding)
+        ctx.geometry = (x.shape, stride, padding)
         return out.reshape(batch, out_ch, out_h, out_w)
 
     @staticmethod
     def backward(ctx, grad):
         cols, weight = ctx.saved_tensors
         xp = xp_of(grad)
-        x_shape, padded_shape, stride, (ph, pw) = ctx.geometry
-        out_ch, channels, kh, kw = weight.shape
-        out_h, out_w = grad.shape[2:]
-        g = grad.reshape(grad.shape[0], out_ch, out_h * out_w)
+        x_shape, stride, padding = ctx.geometry
+        out_ch = weight.shape[0]
+        g = grad.reshape(grad.shape[0], out_ch, -1)
         grad_w = (g @ xp.swapaxes(cols, 1, 2)).sum(axis=0).reshape(weight.shape)
         grad_b = g.sum(axis=(0, 2)) if ctx.needs_input_grad[2] else None
         grad_x = None
         if ctx.needs_input_grad[0]:
-            grad_cols = (weight.reshape(out_ch, -1).T @ g).reshape(x_shape[0], channels, kh, kw, out_h, out_w)
-            grad_padded = xp.zeros(padded_shape, dtype=grad.dtype)
-            for i in range(kh):
-                for j in range(kw):  # overlapping windows add up
-                    grad_padded[_window(i, j, stride, out_h, out_w)] += grad_cols[:, :, i, j]
-            grad_x = grad_padded[:, :, ph:ph + x_shape[2], pw:pw + x_shape[3]]
+            grad_cols = (weight.reshape(out_ch, -1).T @ g).reshape(x_shape[:2] + weight.shape[2:] + grad.shape[2:])
+            grad_x = col2im(grad_cols, x_shape, stride, padding)
         return grad_x, grad_w, grad_b, None, None
 
 
@@ -108,6 +136,16 @@ twins.register("conv2d", FastConv2d, ReferenceConv2d)
 
 def _pair(v):
     return (v, v) if isinstance(v, int) else tuple(v)
+
+
+def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
+    """Each output pixel's kernel_size window as a column: (B, C, H, W) -> (B, C * kh * kw, L), channel-major, as
+    torch.nn.functional.unfold (dilation 1 only)."""
+    if dilation not in (1, (1, 1)):
+        raise NotImplementedError("unfold with dilation is not supported")
+    if input.ndim != 4:
+        raise ValueError(f"unfold needs an input (B, C, H, W), got {input.shape}")
+    return Unfold.apply(input, _pair(kernel_size), _pair(stride), _pair(padding))
 
 
 def conv2d(input, weight, bias=None, stride=1, padding=0):

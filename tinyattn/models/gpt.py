@@ -26,7 +26,7 @@ class GPTConfig:
     mlp: str = "gelu"                # "gelu" | "swiglu" | "moe"
     n_experts: int = 4
     top_k: int = 2
-    position: str = "learned"        # "learned" | "rope"
+    position: str = "learned"        # "learned" | "sinusoidal" | "rope" | "none"
     impl: str = "naive"              # "naive" | "flash" | "reference" (see nn.MultiHeadAttention)
     bias: bool = True
     tie_weights: bool = False        # share the token embedding with the output head
@@ -68,10 +68,12 @@ class GPT(nn.Module):
         rotary = None
         if config.position == "learned":
             self.pos_emb = nn.LearnedPositionalEmbedding(config.block_size, config.d_model)
+        elif config.position == "sinusoidal":                    # the original Transformer's fixed table
+            self.pos_emb = nn.SinusoidalPositionalEncoding(config.d_model, max_len=config.block_size)
         elif config.position == "rope":
             rotary = nn.RotaryEmbedding(config.d_model // config.num_heads, max_len=config.block_size)
-        else:
-            raise ValueError(f"position must be 'learned' or 'rope', got {config.position!r}")
+        elif config.position != "none":                          # none: causal attention alone tells the order
+            raise ValueError(f"position must be 'learned', 'sinusoidal', 'rope' or 'none', got {config.position!r}")
         self.blocks = nn.ModuleList(Block(config, rotary) for _ in range(config.n_layer))
         self.ln_f = _norm(config)
         self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
@@ -86,7 +88,7 @@ class GPT(nn.Module):
         if offset + ids.shape[1] > self.config.block_size:
             raise ValueError(f"{offset + ids.shape[1]} positions exceed block_size {self.config.block_size}")
         x = self.tok_emb(ids)
-        if self.config.position == "learned":
+        if self.config.position in ("learned", "sinusoidal"):
             x = self.pos_emb(x, offset)
         x = F.dropout(x, self.config.dropout, self.training)
         for i, block in enumerate(self.blocks):

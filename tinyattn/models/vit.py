@@ -3,7 +3,18 @@
 An image is cut into patches, each patch flattened and linearly embedded: the patches are the tokens. A learned class
 token is prepended, position embeddings added, and a stack of pre-norm Transformer encoder blocks (no mask: every
 patch sees every patch) mixes them. The class token's final state (or the mean of all tokens) is classified. DeiT adds
-a distillation token trained to match a teacher's predictions (hard distillation).
+a distillation token trained to match a teacher's predictions (hard or soft distillation).
+
+Where a patch sits can be told to the model in six ways (ViTConfig.position), the ViT paper's ablation (its
+Appendix D.4) plus the fixed tables of the original Transformer:
+- "none": nothing; the model sees a bag of patches.
+- "learned": one learned vector per token (the paper's default, "1-D").
+- "sincos": the original Transformer's fixed sinusoidal table over the patches in reading order (1-D).
+- "sincos2d": fixed, half the channels a sinusoidal table of the row, half of the column.
+- "learned2d": learned, half the channels a learned vector per row, half a learned vector per column.
+- "relative": nothing added to the tokens; each block adds a learned bias per head and per 2-D offset
+  (dy, dx) between two patches to the attention scores (Swin's form of relative positions).
+The class and distillation tokens get no position in the fixed, 2-D and relative schemes.
 """
 from dataclasses import dataclass
 
@@ -25,7 +36,7 @@ class ViTConfig:
     num_heads: int = 4
     mlp_ratio: int = 4
     dropout: float = 0.0
-    position: str = "learned"        # "learned" (1-D, one vector per patch) | "sincos2d" (fixed, row and column)
+    position: str = "learned"        # "none" | "learned" | "sincos" | "sincos2d" | "learned2d" | "relative"
     pool: str = "cls"                # "cls" | "mean"
     impl: str = "naive"
     distillation: bool = False       # DeiT: add a distillation token and head
@@ -40,9 +51,27 @@ class EncoderBlock(nn.Module):
         self.attn = nn.MultiHeadAttention(d_model, num_heads, dropout=dropout if impl != "flash" else 0.0, impl=impl)
         self.mlp = nn.MLP(d_model, mlp_ratio * d_model, dropout=dropout)
 
-    def forward(self, x, need_weights=False):
-        x = x + self.attn(self.norm1(x), need_weights=need_weights)
+    def forward(self, x, need_weights=False, attn_bias=None):
+        """attn_bias: a float (H, T, T) tensor added to the attention scores (relative positions), or None."""
+        x = x + self.attn(self.norm1(x), attn_mask=attn_bias, need_weights=need_weights)
         return x + self.mlp(self.norm2(x))
+
+
+class PatchRelativeBias(nn.Module):
+    """A learned bias per head for every 2-D offset between two patches (nn.RelativePositionBias over the whole
+    patch grid), as an (H, T, T) float mask for the attention scores; 0 in the rows and columns of the prefix tokens."""
+
+    def __init__(self, grid, num_heads, num_prefix):
+        super().__init__()
+        self.bias = nn.RelativePositionBias(grid, num_heads)
+        self.num_heads, self.num_prefix = num_heads, num_prefix
+
+    def forward(self):
+        patches = self.bias()                                                     # (H, N, N)
+        h, n, p = self.num_heads, patches.shape[-1], self.num_prefix
+        like = dict(dtype=patches.dtype, device=patches.device)
+        rows = ops.cat([zeros(h, p, n, **like), patches], dim=1)                  # (H, P + N, N)
+        return ops.cat([zeros(h, p + n, p, **like), rows], dim=2)                 # (H, P + N, P + N)
 
 
 class ViT(nn.Module):
@@ -54,18 +83,30 @@ class ViT(nn.Module):
         self.cls_token = nn.init.trunc_normal_(nn.Parameter(zeros(1, 1, config.d_model)), std=0.02)
         if config.distillation:
             self.dist_token = nn.init.trunc_normal_(nn.Parameter(zeros(1, 1, config.d_model)), std=0.02)
-        tokens = self.num_prefix + self.patch_embed.num_patches
+        tokens, grid, d = self.num_prefix + self.patch_embed.num_patches, self.patch_embed.grid, config.d_model
+        prefix = zeros(self.num_prefix, d)                              # class/distillation tokens: no position
         if config.position == "learned":
-            self.pos_embed = nn.init.trunc_normal_(nn.Parameter(zeros(1, tokens, config.d_model)), std=0.02)
-        elif config.position == "sincos2d":
-            grid = self.patch_embed.grid
-            prefix = zeros(self.num_prefix, config.d_model)                  # class/distillation tokens: no position
-            table = ops.cat([prefix, nn.sincos_2d_table(grid, grid, config.d_model)])
-            self.register_buffer("pos_embed", table.unsqueeze(0), persistent=False)
+            self.pos_embed = nn.init.trunc_normal_(nn.Parameter(zeros(1, tokens, d)), std=0.02)
+        elif config.position in ("sincos", "sincos2d"):
+            table = (nn.sinusoidal_table(grid * grid, d) if config.position == "sincos"
+                     else nn.sincos_2d_table(grid, grid, d))
+            self.register_buffer("pos_embed", ops.cat([prefix, table]).unsqueeze(0), persistent=False)
+        elif config.position == "learned2d":
+            if d % 2:
+                raise ValueError(f"learned 2-D positions need an even d_model, got {d}")
+            self.row_embed = nn.init.trunc_normal_(nn.Parameter(zeros(grid, d // 2)), std=0.02)
+            self.col_embed = nn.init.trunc_normal_(nn.Parameter(zeros(grid, d // 2)), std=0.02)
+        elif config.position in ("none", "relative"):
+            self.pos_embed = None
         else:
-            raise ValueError(f"position must be 'learned' or 'sincos2d', got {config.position!r}")
+            raise ValueError("position must be 'none', 'learned', 'sincos', 'sincos2d', 'learned2d' or 'relative', "
+                             f"got {config.position!r}")
         self.blocks = nn.ModuleList(EncoderBlock(config.d_model, config.num_heads, config.mlp_ratio, config.dropout,
                                                  config.impl) for _ in range(config.depth))
+        self.relative_bias = None
+        if config.position == "relative":                                  # one table per block, as in Swin
+            self.relative_bias = nn.ModuleList(PatchRelativeBias(grid, config.num_heads, self.num_prefix)
+                                               for _ in range(config.depth))
         self.norm = nn.LayerNorm(config.d_model, eps=1e-6)
         self.head = nn.Linear(config.d_model, config.num_classes)
         self.head_dist = nn.Linear(config.d_model, config.num_classes) if config.distillation else None
@@ -77,14 +118,29 @@ class ViT(nn.Module):
         prefix = [self.cls_token.expand(b, 1, self.config.d_model)]
         if self.config.distillation:
             prefix.append(self.dist_token.expand(b, 1, self.config.d_model))
-        x = ops.cat(prefix + [x], dim=1) + self.pos_embed
+        x = ops.cat(prefix + [x], dim=1)
+        positions = self.position_table()
+        if positions is not None:
+            x = x + positions
         x = F.dropout(x, self.config.dropout, self.training)
         maps = []
-        for block in self.blocks:
-            x = block(x, need_weights=need_weights)
+        for i, block in enumerate(self.blocks):
+            bias = self.relative_bias[i]() if self.relative_bias is not None else None
+            x = block(x, need_weights=need_weights, attn_bias=bias)
             if need_weights:
                 maps.append(block.attn.last_weights)
         return self.norm(x), maps
+
+    def position_table(self):
+        """What is added to the tokens to tell where they sit: (1, prefix + N, D), or None ("none", "relative")."""
+        if self.config.position != "learned2d":
+            return getattr(self, "pos_embed", None)
+        grid, half = self.row_embed.shape
+        rows = self.row_embed.unsqueeze(1).expand(grid, grid, half)               # row r, any column
+        cols = self.col_embed.unsqueeze(0).expand(grid, grid, half)               # any row, column c
+        table = ops.cat([rows, cols], dim=-1).reshape(grid * grid, 2 * half)
+        prefix = zeros(self.num_prefix, 2 * half, dtype=table.dtype, device=table.device)
+        return ops.cat([prefix, table]).unsqueeze(0)
 
     def forward(self, images, return_attention=False):
         """Class logits (B, classes). DeiT in training returns (class-token logits, distillation-token logits); in
@@ -103,6 +159,17 @@ def deit_hard_distillation_loss(class_logits, dist_logits, labels, teacher_logit
     argmax on the distillation token."""
     teacher_labels = teacher_logits.array.argmax(axis=-1)
     return F.cross_entropy(class_logits, labels) * 0.5 + F.cross_entropy(dist_logits, teacher_labels) * 0.5
+
+
+def deit_soft_distillation_loss(class_logits, dist_logits, labels, teacher_logits, temperature=3.0, alpha=0.5):
+    """Soft distillation (Hinton et al. 2015, as DeiT writes it): (1 - alpha) cross-entropy with the labels on the
+    class token, plus alpha T^2 KL(softmax(teacher / T) || softmax(student / T)) on the distillation token. The T^2
+    keeps the gradient's size independent of T. (DeiT used T = 3, alpha = 0.1 on ImageNet.)"""
+    scale = 1.0 / temperature
+    log_teacher = F.log_softmax(teacher_logits.detach() * scale, dim=-1)
+    log_student = F.log_softmax(dist_logits * scale, dim=-1)
+    kl = (log_teacher.exp() * (log_teacher - log_student)).sum(dim=-1).mean()
+    return F.cross_entropy(class_logits, labels) * (1.0 - alpha) + kl * (alpha * temperature ** 2)
 
 
 def mean_attention_distance(weights, grid, patch_size, num_prefix=1):

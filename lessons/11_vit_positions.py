@@ -1,0 +1,183 @@
+# %% [markdown]
+# # 11 · Where is each patch? Position encodings compared on the ViT
+#
+# Self-attention treats its input as a set: permute the tokens and the output is permuted the same way (lesson 03
+# checks it). A ViT with nothing added to its patch tokens therefore sees a bag of patches, and pooling their mean
+# throws the order away for good. The ViT paper (Dosovitskiy et al. 2021, Appendix D.4) trained one model with no
+# position information and with three ways of adding it; the course notes list them: none, learned 1-D (the paper's
+# default), learned 2-D (half the channels for the row, half for the column) and relative. The paper found that
+# leaving positions out costs accuracy and that the way of adding them matters little. We replay that ablation on
+# digits, with the original Transformer's fixed sinusoids (in reading order, and the 2-D sin-cos of later ViTs) beside
+# the learned ones:
+#
+# | scheme | what tells a token where it sits (g x g patches, width D, H heads) | learned numbers |
+# |---|---|---|
+# | `none` | nothing | 0 |
+# | `learned` | a learned vector per token, added to it (1-D: the grid is not known) | (1 + g^2) D |
+# | `sincos` | the Transformer's fixed sinusoidal table over patches in reading order | 0 |
+# | `sincos2d` | fixed: sinusoids of the row in half the channels, of the column in the other half | 0 |
+# | `learned2d` | a learned vector per row (D/2) beside a learned vector per column (D/2) | 2 g D/2 |
+# | `relative` | in each block, a learned bias per head and offset (dy, dx), added to the scores | blocks H (2g-1)^2 |
+
+# %%
+import time
+
+import numpy as np
+
+import tinyattn as ta
+import tinyattn.functional as F
+from tinyattn import models, optim, viz
+from tinyattn.data import DigitCanvases, batches
+from common import options, plot_path, progress, report
+
+args = options(__doc__)
+data = DigitCanvases(canvas=16, scale=2, jitter=False)       # 8x8 digits upscaled to fill 16x16: a 4x4 patch grid
+train, test = data.split["train"], data.split["test"]
+if args.quick:
+    train = train[:320]
+schemes = ["none", "learned", "sincos", "sincos2d", "learned2d", "relative"]
+
+
+def make_vit(position):
+    return models.ViT(models.ViTConfig(image_size=16, patch_size=4, d_model=64, depth=2, num_heads=4, mlp_ratio=2,
+                                       pool="mean", position=position))
+
+
+bare = make_vit("none").num_parameters()
+for position in schemes:
+    print(f"{position:10} {make_vit(position).num_parameters() - bare:5,} learned numbers for positions")
+print(f"{len(train)} training images, {len(test)} test images: one test image is {100 / len(test):.2f} points")
+
+# %% [markdown]
+# ## One recipe for all six
+# The recipe of lesson 08, shortened: AdamW with warm-up and cosine decay, shifts of up to 2 pixels, label smoothing
+# 0.1, mean pooling over the patch tokens. Same seed, same batches, same steps for every scheme; only the positions
+# differ.
+
+# %%
+epochs = 2 if args.quick else 80
+
+
+def shifted(images, rng):
+    out = np.zeros_like(images)
+    for i, (dy, dx) in enumerate(rng.integers(-2, 3, size=(len(images), 2))):
+        out[i] = np.roll(images[i], (dy, dx), axis=(1, 2))
+    return out
+
+
+def accuracy(model, rows):
+    model.eval()
+    with ta.no_grad():
+        predictions = model(ta.tensor(data.images[rows])).numpy().argmax(-1)
+    model.train()
+    return float((predictions == data.labels[rows]).mean())
+
+
+def train_vit(position):
+    ta.manual_seed(0)
+    model = make_vit(position)
+    optimizer = optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.05)
+    total = epochs * -(-len(train) // 64)
+    schedule = optim.LambdaLR(optimizer, optim.warmup_cosine(total // 10, total))
+    rng = np.random.default_rng(0)
+    start = time.perf_counter()
+    for _ in progress(range(epochs), desc=position):
+        for idx in batches(len(train), 64, rng):
+            rows = train[idx]
+            loss = F.cross_entropy(model(ta.tensor(shifted(data.images[rows], rng))), ta.tensor(data.labels[rows]),
+                                   label_smoothing=0.1)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+    return model, accuracy(model, test), time.perf_counter() - start
+
+
+trained, test_acc, seconds = {}, {}, {}
+for position in schemes:
+    trained[position], test_acc[position], seconds[position] = train_vit(position)
+
+# %%
+print(f"{'scheme':10} {'test accuracy':>13} {'seconds':>8}")
+for position in schemes:
+    print(f"{position:10} {test_acc[position]:13.3f} {seconds[position]:8.1f}")
+with_positions = [p for p in schemes if p != "none"]
+gap = min(test_acc[p] for p in with_positions) - test_acc["none"]
+spread = max(test_acc[p] for p in with_positions) - min(test_acc[p] for p in with_positions)
+print(f"the worst scheme with positions is {gap:.3f} above none; the five with positions span {spread:.3f} "
+      f"({spread * len(test):.0f} test images)")
+viz.save(viz.bars({p: test_acc[p] for p in schemes}, ylabel="test accuracy",
+                  title=f"ViT on digits, one run per position scheme ({epochs} epochs)"),
+         plot_path(args, "11_position_ablation.png"))
+
+# %% [markdown]
+# What one run of each can show is the gap between `none` and the rest: a bag of 4x4 patches of a digit, shifted by
+# up to 2 pixels, loses the strokes' arrangement. The differences among the five schemes with positions are a
+# handful of test images; treat them as noise until several seeds agree.
+#
+# ## What the position tables encode
+# For the schemes that add a table, compare each position's vector with its neighbour's (cosine similarity): to the
+# right (the next token in reading order) and below (four tokens later in reading order). A fixed 1-D table in
+# reading order makes a patch more like its right neighbour than like the one below it, by construction; the fixed 2-D
+# table treats the two alike; the learned tables become whatever training made of them.
+
+# %%
+grid = 4
+
+
+def neighbour_similarity(table):
+    e = table / np.linalg.norm(table, axis=1, keepdims=True)
+    sim = e @ e.T
+    right = np.mean([sim[i, i + 1] for i in range(grid * grid) if (i + 1) % grid])
+    below = np.mean([sim[i, i + grid] for i in range(grid * grid - grid)])
+    far = np.mean([sim[i, j] for i in range(grid * grid) for j in range(grid * grid)
+                   if abs(i // grid - j // grid) + abs(i % grid - j % grid) >= grid])
+    return right, below, far
+
+
+tables = {p: trained[p].position_table().numpy()[0, 1:] for p in ("learned", "sincos", "sincos2d", "learned2d")}
+print(f"{'scheme':10} {'right':>6} {'below':>6} {'4+ apart':>9}   (mean cosine similarity of position vectors)")
+similarity = {}
+for position, table in tables.items():
+    similarity[position] = neighbour_similarity(table)
+    right, below, far = similarity[position]
+    print(f"{position:10} {right:6.2f} {below:6.2f} {far:9.2f}")
+viz.save(viz.position_similarity(tables["learned"], (grid, grid), title="learned 1-D: cosine similarity"),
+         plot_path(args, "11_learned_1d_similarity.png"))
+viz.save(viz.position_similarity(tables["learned2d"], (grid, grid), title="learned 2-D: cosine similarity"),
+         plot_path(args, "11_learned_2d_similarity.png"))
+
+# %% [markdown]
+# ## What the relative bias learned
+# The `relative` model adds table[dy, dx] to the score of a query patch attending to a key patch dy rows and dx
+# columns away. Each panel is one head of the first block: the centre is the patch itself, and a red (positive) cell
+# is an offset that head prefers whatever the patches hold, a blue one an offset it avoids.
+
+# %%
+bias = trained["relative"].relative_bias[0].bias.table.numpy()                  # ((2g-1)^2, heads)
+side = 2 * grid - 1
+fig, axes = viz.plt.subplots(1, bias.shape[1], figsize=(3 * bias.shape[1], 3), layout="constrained")
+for head, ax in enumerate(axes):
+    offsets = bias[:, head].reshape(side, side)[::-1, ::-1]       # the table is indexed by query - key; flip it
+    image = ax.imshow(offsets, cmap="coolwarm", vmin=-np.abs(bias).max(), vmax=np.abs(bias).max())
+    ax.set_xticks(range(side), labels=range(-grid + 1, grid), fontsize=viz.TICK_SIZE)
+    ax.set_yticks(range(side), labels=range(-grid + 1, grid), fontsize=viz.TICK_SIZE)
+    ax.set_xlabel("dx (key column - query column)", fontsize=viz.TICK_SIZE)
+    ax.set_title(f"head {head}", fontsize=9)
+axes[0].set_ylabel("dy (key row - query row)", fontsize=viz.TICK_SIZE)
+fig.colorbar(image, ax=list(axes), fraction=0.046, label="bias added to the score").ax.tick_params(
+    labelsize=viz.TICK_SIZE)
+viz.save(fig, plot_path(args, "11_relative_bias.png"))
+print(f"relative bias, block 0: from {bias.min():.2f} to {bias.max():.2f} "
+      f"(a bias of b multiplies that key's softmax weight by e^b)")
+
+# %%
+if not args.quick:
+    assert gap >= 0.2, test_acc
+    for position in with_positions:
+        assert test_acc[position] >= 0.9, (position, test_acc[position])
+    assert similarity["sincos"][0] > similarity["sincos"][1]       # reading order: right is near, below is far
+    assert abs(similarity["sincos2d"][0] - similarity["sincos2d"][1]) < 0.01
+report(vit_pe_ablation_acc={p: round(a, 4) for p, a in test_acc.items()},
+       position_neighbour_similarity={p: [round(float(v), 3) for v in s] for p, s in similarity.items()},
+       seconds=sum(seconds.values()))

@@ -1,0 +1,123 @@
+# %% [markdown]
+# # 13 · Longer than in training: how position schemes extrapolate
+#
+# A language model trained on windows of T characters is asked to read 2T. What happens at positions it never saw
+# depends on how it was told where tokens sit (course notes 004 compare the first two):
+# - **learned** (GPT-2): a trained vector per position. Positions T..2T-1 have vectors that no gradient ever reached
+#   (their random initialisation, shrunk by weight decay).
+# - **sinusoidal** (Vaswani et al. 2017): a fixed table defined for every position. The paper hoped it would "allow
+#   the model to extrapolate to sequence lengths longer than the ones encountered during training"; the vectors past T
+#   exist, but the layers never saw them.
+# - **RoPE** (Su et al. 2021): rotate queries and keys by angles proportional to the position; the score q_m . k_n
+#   then depends only on m - n. Past T the model meets offsets larger than any in training, but each offset it knows
+#   looks the same wherever it occurs.
+# - **none**: nothing added. A causal model can still tell positions apart (token t attends to t + 1 tokens, and
+#   can count them; Haviv et al. 2022), at some cost in accuracy.
+#
+# Four character GPTs (lesson 06) train on windows of 64 characters with the same steps and batches, and are then
+# measured on windows of 128.
+
+# %%
+import time
+
+import numpy as np
+
+import tinyattn as ta
+from tinyattn import models, optim, viz
+from tinyattn.data import CharCorpus, bigram_bits_per_char
+from common import options, plot_path, progress, report
+
+args = options(__doc__)
+corpus = CharCorpus(max_chars=60_000 if args.quick else None)
+bigram_bpc = bigram_bits_per_char(corpus.train, corpus.val, len(corpus.vocab))
+train_len = 32 if args.quick else 64
+steps, batch_size = (30, 8) if args.quick else (600, 16)
+schemes = ["learned", "sinusoidal", "rope", "none"]
+print(f"{len(corpus.train):,} training characters; train on {train_len}, test on {2 * train_len}; "
+      f"bigram model {bigram_bpc:.3f} bits/char")
+
+# %% [markdown]
+# ## Training at length T
+# block_size is 2T for every model, so that each can be run on 2T; only the first T positions ever train.
+
+# %%
+def train_lm(position):
+    ta.manual_seed(0)
+    config = models.GPTConfig(vocab_size=len(corpus.vocab), block_size=2 * train_len, n_layer=2, num_heads=4,
+                              d_model=64 if args.quick else 128, position=position)
+    model = models.GPT(config)
+    optimizer = optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
+    schedule = optim.LambdaLR(optimizer, optim.warmup_cosine(steps // 10, steps, 0.1))
+    rng = np.random.default_rng(0)                                  # the same batches for every scheme
+    start = time.perf_counter()
+    for _ in progress(range(steps), desc=position):
+        x, y = corpus.batch("train", batch_size, train_len, rng)
+        _, loss = model(ta.tensor(x), ta.tensor(y))
+        optimizer.zero_grad()
+        loss.backward()
+        optim.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+    return model, time.perf_counter() - start
+
+
+models_by_scheme, seconds = {}, {}
+for position in schemes:
+    models_by_scheme[position], seconds[position] = train_lm(position)
+
+# %% [markdown]
+# ## Bits per character at every position of a 2T window
+# A causal model's prediction at position t reads only tokens 0..t, so on a window of 2T the first T predictions are
+# exactly those of a window of T: one pass gives the score at the training length (positions below T) and at twice
+# it (all 2T positions), over the same held-out windows for every scheme.
+
+# %%
+def bits_per_position(model, windows=8 if args.quick else 256):
+    model.eval()
+    rng = np.random.default_rng(1)
+    out = []
+    with ta.no_grad():
+        for _ in range(windows // 8):
+            x, y = corpus.batch("val", 8, 2 * train_len, rng)
+            log_probs = ta.log_softmax(model(ta.tensor(x)), dim=-1).numpy()
+            out.append(-np.take_along_axis(log_probs, y[..., None], axis=-1)[..., 0] / np.log(2))
+    return np.concatenate(out).mean(0)                                        # (2T,) bits at each position
+
+
+per_position = {p: bits_per_position(m) for p, m in models_by_scheme.items()}
+bpc = {p: [float(b[:train_len].mean()), float(b.mean())] for p, b in per_position.items()}
+print(f"{'scheme':11} {'at T':>6} {'at 2T':>6} {'past T only':>12} {'train s':>8}")
+for p in schemes:
+    print(f"{p:11} {bpc[p][0]:6.3f} {bpc[p][1]:6.3f} {per_position[p][train_len:].mean():12.3f} {seconds[p]:8.1f}")
+smooth = lambda b: np.convolve(b, np.ones(8) / 8, mode="valid")
+viz.save(viz.curves({p: (np.arange(len(smooth(b))) + 4, smooth(b)) for p, b in per_position.items()},
+                    xlabel=f"position in the window (training saw 0 to {train_len - 1})",
+                    ylabel="bits per character", title=f"held-out bits/char by position, trained on T={train_len}",
+                    hlines={"bigram model": bigram_bpc}),
+         plot_path(args, "13_bits_by_position.png"))
+viz.save(viz.bars({p: bpc[p] for p in schemes}, group_labels=[f"T={train_len}", f"2T={2 * train_len}"],
+                  ylabel="bits per character", title="held-out bits/char at the training length and at twice it",
+                  hlines={"bigram model": bigram_bpc}), plot_path(args, "13_extrapolation.png"))
+
+# %% [markdown]
+# Read the table with the figure: where a curve turns up at T, the scheme stops working past its training length.
+# The absolute schemes (learned, sinusoidal) hand the layers position vectors they never saw; RoPE and no positions
+# hand them only longer distances between tokens. Fixes used in practice keep the distances seen in training
+# (ALiBi's linear bias, sliding windows) or rescale RoPE's angles (position interpolation), and most models are simply
+# trained or fine-tuned on the length they will read.
+
+# %%
+rise = {p: bpc[p][1] - bpc[p][0] for p in schemes}
+print("rise from T to 2T, bits/char: " + ", ".join(f"{p} {r:+.3f}" for p, r in rise.items()))
+for p in schemes:                       # past T, where the smoothed curve first climbs 0.3 bits above its mean below T
+    curve = smooth(per_position[p])[train_len - 4:]                      # entry i: the mean of positions T + i - 4 ..
+    above = np.nonzero(curve > per_position[p][:train_len].mean() + 0.3)[0]
+    print(f"{p:11} " + (f"turns up at position {train_len + above[0]}" if len(above)
+                        else "stays within 0.3 bits of its mean below T"))
+if not args.quick:
+    for p in schemes:
+        assert bpc[p][0] < bigram_bpc, (p, bpc[p], bigram_bpc)              # every model learned something
+    assert rise["learned"] > 0.5 and rise["sinusoidal"] > 0.5, rise
+    assert rise["rope"] < min(rise["learned"], rise["sinusoidal"]), rise
+report(lm_extrapolation_bpc={p: [round(v, 4) for v in b] for p, b in bpc.items()}, lm_bigram_bpc=bigram_bpc,
+       train_length=train_len)
