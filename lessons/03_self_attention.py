@@ -13,7 +13,7 @@ import numpy as np
 import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import nn, viz
-from common import options, plot_path, report
+from tinyattn.lesson import options, plot_path, report
 
 args = options(__doc__)
 rng = np.random.default_rng(0)

@@ -1,10 +1,14 @@
-"""python -m lessons             list the lessons
-python -m lessons 02          run lesson 02 (any extra flags, such as --quick, pass through)
-python -m lessons 02 --step   run it cell by cell, pausing after each (Enter: next cell, q: quit)
-python -m lessons exercises   list the exercises (lessons/exercises/) and how far each one is
-python -m lessons check NAME  grade one against the reference path (--file PATH, --solution): lessons/checker.py"""
+"""python -m lessons                            list the lessons
+python -m lessons 02                         run lesson 02 (flags such as --quick or --seed 3 pass through)
+python -m lessons 02 --step                  step through it cell by cell (--step --help says how)
+python -m lessons 02 --notebook [--out DIR]  write it as a Jupyter notebook (.ipynb) that runs wherever it is saved
+python -m lessons exercises                  list the exercises (lessons/exercises/) and how far each one is
+python -m lessons check NAME                 grade one against the reference path (--file PATH, --solution)
+
+Run these from the repository root."""
 import glob
 import os
+import re
 import runpy
 import sys
 
@@ -17,42 +21,12 @@ def lesson_files():
 
 
 def title(path):
-    """The first markdown line of a lesson, without its '#' marks."""
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            text = line.strip().lstrip("#").strip()
-            if line.startswith("# ") and text and not text.startswith("%%"):
-                return text
-    return os.path.basename(path)
-
-
-def cells(path):
-    """(kind, source) for each '# %%' cell: kind is 'markdown' or 'code'."""
-    out, kind, lines = [], "code", []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if line.startswith("# %%"):
-                if any(l.strip() for l in lines):
-                    out.append((kind, "".join(lines)))
-                kind, lines = ("markdown" if "[markdown]" in line else "code"), []
-            else:
-                lines.append(line)
-    if any(l.strip() for l in lines):
-        out.append((kind, "".join(lines)))
-    return out
-
-
-def step_through(path, argv):
-    sys.argv = [path] + argv
-    namespace = {"__name__": "__main__", "__file__": path}
-    for i, (kind, source) in enumerate(cells(path)):
+    """The lesson's first markdown line, without its '#' marks or its number ("Seq2Seq and its bottleneck, ...")."""
+    from lessons.cells import raw_cells
+    for kind, text, _ in raw_cells(path):
         if kind == "markdown":
-            print("\n".join(line[2:] if line.startswith("# ") else line.lstrip("#") for line in source.splitlines()))
-        else:
-            print(f"\n----- cell {i} " + "-" * 50 + "\n" + source.rstrip() + "\n" + "-" * 62)
-            exec(compile(source, f"{path}:cell{i}", "exec"), namespace)
-        if sys.stdin.isatty() and input("[Enter] next cell, q quit > ").strip().lower() == "q":
-            break
+            return re.sub(r"^[#\s]*(\d+\s*·\s*)?", "", text.strip().splitlines()[0])
+    return os.path.basename(path)
 
 
 def main(argv):
@@ -60,17 +34,25 @@ def main(argv):
         from lessons import checker
         sys.exit(checker.main(argv))
     files = lesson_files()
-    if not argv:
+    if not argv or argv[0] in ("-h", "--help"):
         for path in files:
             print(f"{os.path.basename(path)[:2]}  {title(path)}")
-        print("\nrun one: python -m lessons NN [--quick] [--step]")
+        print("\n" + __doc__)
         return
     number, rest = argv[0], argv[1:]
     matches = [p for p in files if os.path.basename(p).startswith(number.zfill(2))]
     if not matches:
         sys.exit(f"no lesson {number!r}; python -m lessons lists them")
-    if "--step" in rest:
-        step_through(matches[0], [a for a in rest if a != "--step"])
+    if "--notebook" in rest:
+        from lessons.notebook import write_notebook
+        out = rest[rest.index("--out") + 1] if "--out" in rest else None
+        print(f"wrote {write_notebook(matches[0], out)}")
+    elif "--step" in rest:
+        from lessons import stepper
+        if "--help" in rest or "-h" in rest:
+            print(stepper.__doc__)
+            return
+        stepper.step_through(matches[0], [a for a in rest if a != "--step"])
     else:
         sys.argv = [matches[0]] + rest
         runpy.run_path(matches[0], run_name="__main__")

@@ -1,0 +1,61 @@
+"""What every lesson shares, as a module of the package so a lesson runs the same as a script, stepped cell by cell,
+or as a notebook saved anywhere: its command line (--quick, --seed, --gallery), where figures go, the line that says
+what the run ran on, progress bars, and the closing RESULT line.
+
+`from tinyattn.lesson import options, plot_path, progress, report` at the top of a lesson.
+"""
+import argparse
+import json
+import os
+import sys
+
+from . import cpu, environment
+from .backend import manual_seed
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PLOTS = os.path.join(ROOT, "plots")
+
+
+def options(description=""):
+    """The lesson's command line. --quick (or TINYATTN_QUICK=1): a tiny configuration for smoke tests (seconds);
+    otherwise the real one (minutes on 2 CPU cores). --seed N seeds tinyattn's generators; lessons seed their own
+    from args.seed too. Figures go to plots/runs/ (plots/runs/quick/ for quick runs), which git ignores, so a run
+    leaves the repository as it was; --gallery writes them to plots/, the README's gallery (for the maintainer who
+    refreshes it from default runs). The first line printed says what the run runs on."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", default=os.environ.get("TINYATTN_QUICK") == "1",
+                        help="tiny configuration that finishes in seconds (also: TINYATTN_QUICK=1)")
+    parser.add_argument("--seed", type=int, default=int(os.environ.get("TINYATTN_SEED", 0)),
+                        help="seed of every random draw of the run (default 0)")
+    parser.add_argument("--gallery", action="store_true", help="write the figures to plots/, the README's gallery")
+    parser.add_argument("--plots", default=os.environ.get("TINYATTN_PLOTS"), help="folder for the figures")
+    args, _ = parser.parse_known_args()   # tolerate a notebook kernel's own arguments
+    runs = os.path.join(PLOTS, "runs")
+    args.plots = args.plots or (PLOTS if args.gallery else os.path.join(runs, "quick") if args.quick else runs)
+    os.makedirs(args.plots, exist_ok=True)
+    manual_seed(args.seed)
+    cpu.tune_allocator()          # a lesson is a whole program: let glibc keep freed memory (tinyattn/cpu/tuning.py)
+    print(environment.line() + f" · seed {args.seed}" + (" · quick" if args.quick else ""), flush=True)
+    return args
+
+
+def plot_path(args, name):
+    return os.path.join(args.plots, name)
+
+
+def progress(iterable, **kwargs):
+    """A tqdm progress bar: the notebook widget in Jupyter, else text on stderr (so printed results stay readable)
+    redrawn at most twice a second, postfix updates included."""
+    from tqdm.auto import tqdm
+
+    class Progress(tqdm):
+        def set_postfix(self, ordered_dict=None, refresh=False, **kwargs):
+            super().set_postfix(ordered_dict, refresh=refresh, **kwargs)
+    return Progress(iterable, file=sys.stderr, dynamic_ncols=True, mininterval=0.5, **kwargs)
+
+
+def report(**metrics):
+    """Print the lesson's closing line: RESULT {json} with every measured number."""
+    line = "RESULT " + json.dumps({k: (float(f"{v:.4g}") if isinstance(v, float) else v) for k, v in metrics.items()})
+    print(line, flush=True)
+    return metrics
