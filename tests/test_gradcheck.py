@@ -157,3 +157,35 @@ def test_random_direction_nan_says_where():
             return grad
     with pytest.raises(ta.GradcheckError, match=r"at element \(5, 7\) \(random direction 0\): the analytic.*NaN"):
         ta.gradcheck(NaNAt.apply, (randn(30, 30),), full_jacobian=False)
+
+
+def test_gradcheck_leaves_every_grad_and_input_as_it_found_them():
+    """As PyTorch's: a learner's x.grad from their own backward survives the check, parameters used inside fn get
+    no .grad from its many backward passes, and an fn that raises leaves the input unperturbed."""
+    from tinyattn import nn
+    x = randn(3, 4)
+    layer = nn.Linear(4, 2).double()
+    (x * 3.0).sum().backward()
+    before = x.grad.numpy().copy()
+    assert ta.gradcheck(lambda x: layer(x).tanh(), (x,))
+    assert np.array_equal(x.grad.numpy(), before)
+    assert layer.weight.grad is None and layer.bias.grad is None
+    original = x.numpy().copy()
+    calls = []
+
+    def breaks_on_the_second_call(x):
+        calls.append(1)
+        if len(calls) == 3:                      # one call for the shapes, one backward, then the first difference
+            raise RuntimeError("boom")
+        return x * 2.0
+    with pytest.raises(RuntimeError, match="boom"):
+        ta.gradcheck(breaks_on_the_second_call, (x,))
+    assert np.array_equal(x.numpy(), original)
+
+
+def test_backward_inputs_fills_only_the_grads_asked_for():
+    a, b = randn(3), randn(3)
+    (a * b).sum().backward(inputs=[a])
+    assert np.allclose(a.grad.numpy(), b.numpy()) and b.grad is None
+    with pytest.raises(NotImplementedError, match="create_graph"):
+        (a * b).sum().backward(create_graph=True)

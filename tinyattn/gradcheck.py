@@ -52,7 +52,7 @@ def _backward_from(fn, inputs, weights):
             term = (o * Tensor(w)).sum()
             total = term if total is None else total + term
     if total is not None:
-        total.backward()
+        total.backward(inputs=[t for t in inputs if _checked(t)])     # parameters inside fn keep their .grad
     xp = backend.xp_of(weights)
     return [xp.zeros(t.shape) if t.grad is None else t.grad.array for t in inputs if _checked(t)]
 
@@ -157,6 +157,15 @@ def gradcheck(fn, inputs, eps=1e-6, atol=1e-5, rtol=1e-3, full_jacobian=None, di
     elements, the random-direction check otherwise. Returns True or raises GradcheckError.
     """
     inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+    grads = [(t, t.grad) for t in inputs if isinstance(t, Tensor)]
+    try:
+        return _check(fn, inputs, eps, atol, rtol, full_jacobian, directions, max_full_size)
+    finally:
+        for t, grad in grads:
+            t.grad = grad                  # as they were, as PyTorch's gradcheck leaves them
+
+
+def _check(fn, inputs, eps, atol, rtol, full_jacobian, directions, max_full_size):
     checked = [t for t in inputs if _checked(t)]
     if not checked:
         raise ValueError("gradcheck: no input requires grad, so there is nothing to check")
@@ -182,11 +191,13 @@ def gradcheck(fn, inputs, eps=1e-6, atol=1e-5, rtol=1e-3, full_jacobian=None, di
     def numerical_along(t, direction):
         """d/ds fn(x + s * direction) at s = 0 by central differences, for input t."""
         original = t.array.copy()
-        t.array = original + eps * direction.reshape(t.shape)
-        plus = _flat_output(fn, inputs)
-        t.array = original - eps * direction.reshape(t.shape)
-        minus = _flat_output(fn, inputs)
-        t.array = original
+        try:
+            t.array = original + eps * direction.reshape(t.shape)
+            plus = _flat_output(fn, inputs)
+            t.array = original - eps * direction.reshape(t.shape)
+            minus = _flat_output(fn, inputs)
+        finally:
+            t.array = original             # the input as given, even when fn raises
         return (plus - minus) / (2 * eps)
 
     if full_jacobian:
@@ -232,9 +243,6 @@ def gradcheck(fn, inputs, eps=1e-6, atol=1e-5, rtol=1e-3, full_jacobian=None, di
                     raise GradcheckError(
                         f"gradcheck failed for {labels[id(t)]} in random direction {d}: <u, J v> analytic "
                         f"{analytic:.10g}, numerical {numerical:.10g}{ratio} (atol {atol}, rtol {rtol}). {located}")
-    for t in inputs:
-        if isinstance(t, Tensor):
-            t.grad = None
     return True
 
 

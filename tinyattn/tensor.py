@@ -298,18 +298,26 @@ class Tensor:
         return self
 
     # -- the backward walk --------------------------------------------------------------------
-    def backward(self, gradient=None, retain_graph=False):
-        """Accumulate d(self)/d(leaf) into the .grad of every leaf that requires grad.
+    def backward(self, gradient=None, retain_graph=False, create_graph=False, inputs=None):
+        """Accumulate d(self)/d(leaf) into the .grad of every leaf that requires grad, or, given inputs (tensors),
+        into theirs alone, as PyTorch's inputs= does.
 
         Each tensor that leads here is visited once, after every tensor that uses it (topological order), so its
         gradient is complete when its node passes it on to the node's inputs.
         """
+        if create_graph:
+            raise NotImplementedError("create_graph=True (gradients of gradients) is not supported: backward "
+                                      "functions run on raw arrays, outside the graph")
+        only = None if inputs is None else {id(t) for t in ((inputs,) if isinstance(inputs, Tensor) else inputs)}
         pending = {id(self): _output_gradient(self, gradient)}  # gradients not yet passed on, by tensor
         for tensor in reversed(_topological_order(self)):
             grad = pending.pop(id(tensor), None)
             if grad is None:
                 continue
-            if tensor.is_leaf or tensor._retains_grad:
+            if only is not None:
+                if id(tensor) in only:
+                    tensor._accumulate_grad(grad)
+            elif tensor.is_leaf or tensor._retains_grad:
                 tensor._accumulate_grad(grad)
             if tensor.is_leaf:
                 continue
