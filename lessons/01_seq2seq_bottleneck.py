@@ -18,10 +18,9 @@ import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import models, optim, viz
 from tinyattn.data import SequenceTask
-from common import options, plot_path, progress, report
+from tinyattn.lesson import options, plot_path, progress, report
 
-args = options(__doc__)
-ta.manual_seed(0)
+args = options(__doc__)                 # also seeds tinyattn's generator: --seed N
 min_len, max_len = (3, 10) if args.quick else (4, 20)
 train = SequenceTask("copy", n=2000 if args.quick else 12000, min_len=min_len, max_len=max_len, seed=0)
 test = SequenceTask("copy", n=300 if args.quick else 1500, min_len=min_len, max_len=max_len, seed=1)
@@ -67,7 +66,7 @@ def batch(task, rows):
 
 def train_model(model, label):
     optimizer = optim.Adam(model.parameters(), lr=3e-3)
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(args.seed)
     losses = []
     for _ in progress(range(steps), desc=label):
         src, tgt = batch(train, rng.integers(0, len(train.src), batch_size))

@@ -14,10 +14,9 @@ import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import models, optim, viz
 from tinyattn.data import DateDataset, batches
-from common import options, plot_path, progress, report
+from tinyattn.lesson import options, plot_path, progress, report
 
-args = options(__doc__)
-ta.manual_seed(0)
+args = options(__doc__)                 # also seeds tinyattn's generator: --seed N
 data = DateDataset(n=1500 if args.quick else 12000)
 for i in range(4):
     print(f"{data.sources[i]!r:32} -> {data.targets[i]}")
@@ -44,7 +43,7 @@ print(f"{model.num_parameters():,} parameters")
 # %%
 epochs, batch_size = (2, 64) if args.quick else (2, 128)
 optimizer = optim.Adam(model.parameters(), lr=3e-3)
-rng = np.random.default_rng(0)
+rng = np.random.default_rng(args.seed)
 train = data.split["train"]
 losses = []
 for epoch in range(epochs):
@@ -101,10 +100,19 @@ for ax, row in zip(axes, range(3)):
     source = data.sources[i]
     viz.attention_heatmap(weights[row, :11, :len(source)], list(source), list(decoded[row]) + ["<eos>"], ax=ax,
                           title=f"{source} -> {decoded[row]}")
-path = viz.save(fig, plot_path(args, "02_dates_attention.png"))
+viz.save(fig, plot_path(args, "02_dates_attention.png"))
 viz.save(viz.curves({"train loss": losses}, title="teacher-forced cross-entropy"),
          plot_path(args, "02_dates_loss.png"))
-print("wrote", path)
+
+# %% [markdown]
+# Pick an output character and see its whole row of weights. In a notebook, or stepping the lesson on a display
+# (`python -m lessons 02 --step`), the slider moves the query; elsewhere `explorer.select(query=3)` redraws
+# `explorer.figure`.
+
+# %%
+source, output = data.sources[test[0]], (list(decoded[0]) + ["<eos>"])[:11]   # the steps that were decoded
+explorer = viz.explore_attention(weights[0, None, None, :len(output), :len(source)], list(source), output,
+                                 title=f"{source} -> {decoded[0]}")
 
 # %%
 if not args.quick:

@@ -16,7 +16,7 @@ from tinyattn import nn, viz
 from tinyattn.lesson import options, plot_path, report
 
 args = options(__doc__)
-rng = np.random.default_rng(0)
+rng = np.random.default_rng(args.seed)
 tokens = "the cat sat on the mat".split()
 d_model, num_heads = 16, 4
 x = rng.standard_normal((1, len(tokens), d_model))          # stand-ins for token embeddings, float64
@@ -133,6 +133,35 @@ for path in ("fast", "reference"):
         t.grad = None
 print(f"hand-written dQ, dK, dV vs the library's fast and reference paths: max |difference| = {err_backward:.2e}")
 assert err_backward < 1e-12
+
+# %% [markdown]
+# ## The graph autograd records
+# Write one head with tensor operations instead of arrays, and every operation is recorded as it runs: `out.grad_fn`
+# is the last step, and its `next_functions` lead back to the steps before, down to the parameters (as in PyTorch).
+# `backward()` walks this graph from the result to the leaves, calling each step's backward. `viz.draw_graph`
+# draws it; given the module, it names each parameter as `named_parameters()` does. (The fused steps are named
+# after the path that ran them: `FastLinear`, or `ReferenceLinear` inside `with ta.reference():`.)
+
+# %%
+class OneHead(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.query, self.key, self.value = (nn.Linear(d, d, bias=False) for _ in range(3))
+
+    def forward(self, x):
+        q, k, v = self.query(x), self.key(x), self.value(x)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(x.shape[-1])
+        return F.softmax(scores, dim=-1) @ v
+
+
+one_head = OneHead(d_model).double()
+out = one_head(ta.tensor(x)).sum()
+print("out.grad_fn:", out.grad_fn, "<-", [node for node, _ in out.grad_fn.next_functions])
+viz.save(viz.draw_graph(out, one_head, title="one attention head: parameters (blue) flow into operations (yellow)"),
+         plot_path(args, "03_graph.png"))
+out.backward()
+print("after backward, every parameter has its gradient:",
+      {name: tuple(p.grad.shape) for name, p in one_head.named_parameters()})
 
 # %% [markdown]
 # ## Multi-head attention is four matrix multiplications

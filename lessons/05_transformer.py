@@ -14,10 +14,9 @@ import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import models, optim, viz
 from tinyattn.data import NumberWords
-from common import options, plot_path, progress, report
+from tinyattn.lesson import options, plot_path, progress, report
 
-args = options(__doc__)
-ta.manual_seed(0)
+args = options(__doc__)                 # also seeds tinyattn's generator: --seed N
 data = NumberWords(n=3000 if args.quick else 30000)
 for i in range(3):
     print(" ".join(data.words[i]), "->", data.digits[i])
@@ -44,7 +43,7 @@ print(f"{model.num_parameters():,} parameters")
 steps, batch_size = (80, 64) if args.quick else (600, 128)
 optimizer = optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.01)
 schedule = optim.LambdaLR(optimizer, optim.warmup_cosine(warmup_steps=steps // 10, total_steps=steps))
-rng = np.random.default_rng(0)
+rng = np.random.default_rng(args.seed)
 train = data.split["train"]
 losses = []
 for step in (bar := progress(range(steps), desc="training")):
@@ -84,6 +83,14 @@ fig = viz.attention_grid(last_layer[None], words, outputs, row_names=[f"layer {l
                          title=f"cross-attention: {' '.join(words)} -> {decoded[example]}")
 viz.save(fig, plot_path(args, "05_cross_attention.png"))
 viz.save(viz.curves({"train loss": losses}, logy=True), plot_path(args, "05_loss.png"))
+
+# %% [markdown]
+# Every layer's cross-attention, head by head, one output digit at a time (sliders in a notebook or when stepping on
+# a display; `explorer.select(layer=0, head=1, query=2)` elsewhere).
+
+# %%
+explorer = viz.explore_attention([m.numpy()[example][:, :len(outputs), :len(words)] for m in maps], words, outputs,
+                                 title="cross-attention")
 
 # %%
 if not args.quick:

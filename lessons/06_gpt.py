@@ -17,10 +17,9 @@ import numpy as np
 import tinyattn as ta
 from tinyattn import models, optim, viz
 from tinyattn.data import CharCorpus, bigram_bits_per_char
-from common import options, plot_path, progress, report
+from tinyattn.lesson import expect_speedup, options, plot_path, progress, report
 
-args = options(__doc__)
-ta.manual_seed(0)
+args = options(__doc__)                 # also seeds tinyattn's generator: --seed N
 corpus = CharCorpus(max_chars=60_000 if args.quick else None)
 print(f"{len(corpus.train):,} training and {len(corpus.val):,} validation characters, {len(corpus.vocab)} symbols")
 bigram_bpc = bigram_bits_per_char(corpus.train, corpus.val, len(corpus.vocab))
@@ -97,14 +96,14 @@ assert gpt_by_hand_err < 1e-10
 
 # %%
 import tinyattn.functional as F
-from exercises.solutions.attention import Attention          # lessons/ is on the path, as for `common`
+from exercises.solutions.attention import Attention          # lessons/ is on the path (tinyattn.lesson.options)
 
 
 def three_steps_from_here():
     copy = models.GPT(config)
     copy.load_state_dict(model.state_dict())
     copy_optimizer = optim.AdamW(copy.parameters(), lr=3e-3)
-    batches_rng, step_losses = np.random.default_rng(5), []
+    batches_rng, step_losses = np.random.default_rng(args.seed + 5), []
     for _ in range(3):
         x, y = corpus.batch("train", 4, 64, batches_rng)
         _, loss = copy(ta.tensor(x), ta.tensor(y))
@@ -131,7 +130,7 @@ steps, batch_size, block = (40, 4, 64) if args.quick else (1000, 8, 128)
 optimizer = optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
 schedule = optim.LambdaLR(optimizer, optim.warmup_cosine(warmup_steps=steps // 10, total_steps=steps,
                                                          min_ratio=0.1))
-rng = np.random.default_rng(0)
+rng = np.random.default_rng(args.seed)
 losses = []
 for step in (bar := progress(range(steps), desc="training")):
     x, y = corpus.batch("train", batch_size, block, rng)
@@ -151,7 +150,7 @@ for step in (bar := progress(range(steps), desc="training")):
 
 # %%
 model.eval()
-eval_rng = np.random.default_rng(1)
+eval_rng = np.random.default_rng(args.seed + 1)
 with ta.no_grad():
     val_losses = [model(ta.tensor(x), ta.tensor(y))[1].item()
                   for x, y in (corpus.batch("val", 8, block, eval_rng) for _ in range(4 if args.quick else 32))]
@@ -175,7 +174,7 @@ uncached_s = time.perf_counter() - start
 assert (cached.numpy() == uncached.numpy()).all()
 speedup = uncached_s / cached_s
 print(f"{new_tokens} new tokens: {uncached_s:.2f} s without the cache, {cached_s:.2f} s with it ({speedup:.1f}x)")
-ta.manual_seed(2)
+ta.manual_seed(args.seed + 2)
 sample = model.generate(prompt, block - prompt_len, temperature=0.8, top_k=20).numpy()[0]   # within trained positions
 print("sample:\n" + "".join(corpus.vocab.itos[i] for i in sample))
 window = min(20, len(losses))
@@ -188,9 +187,29 @@ viz.save(viz.curves({f"training batches (mean of {window} steps)": (steps_axis, 
                             f"GPT, validation ({val_bpc:.2f})": val_bpc}),
          plot_path(args, "06_gpt_loss.png"))
 
+# %% [markdown]
+# ## Where each head looks
+# The weights of every head on a validation snippet. Causal: each row (a character) attends only to itself and the
+# characters before it, so everything above the diagonal is zero. Look for heads that attend to the previous
+# character (a bright sub-diagonal), to the start of the current word or line, or to the same character earlier on.
+
+# %%
+snippet = corpus.val[:40]
+chars = [corpus.vocab.itos[i] for i in snippet]
+with ta.no_grad():
+    _, maps = model(ta.tensor(snippet[None]), return_attention=True)
+maps = np.stack([m.numpy()[0] for m in maps])                                   # (layers, heads, 40, 40)
+assert np.allclose(np.triu(maps, k=1), 0) and np.allclose(maps.sum(-1), 1)     # causal rows that sum to 1
+previous = np.diagonal(maps, offset=-1, axis1=2, axis2=3).mean(-1)             # mean weight on the previous char
+print("mean weight on the previous character, per layer and head:\n" + np.array2string(previous, precision=2))
+viz.save(viz.attention_grid(maps, chars, chars, row_names=[f"layer {i}" for i in range(len(maps))],
+                            title="causal self-attention of every head"),
+         plot_path(args, "06_gpt_attention.png"))
+explorer = viz.explore_attention(maps, chars, chars, title="GPT self-attention")
+
 # %%
 if not args.quick:
     assert val_bpc <= 0.8 * bigram_bpc, (val_bpc, bigram_bpc)
-    assert speedup >= 2, speedup
+expect_speedup("the KV cache", speedup, 2)
 report(lm_val_bpc=val_bpc, lm_bigram_bpc=bigram_bpc, kv_cache_speedup=speedup, parameters=model.num_parameters(),
        gpt_by_hand_max_abs_err=gpt_by_hand_err)

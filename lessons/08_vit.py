@@ -19,10 +19,9 @@ import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import models, optim, viz
 from tinyattn.data import DigitCanvases, batches
-from common import options, plot_path, progress, report
+from tinyattn.lesson import options, plot_path, progress, report
 
-args = options(__doc__)
-ta.manual_seed(0)
+args = options(__doc__)                 # also seeds tinyattn's generator: --seed N
 data = DigitCanvases(canvas=16, scale=2, jitter=False)
 print({name: len(rows) for name, rows in data.split.items()}, "images of", data.images.shape[1:])
 
@@ -66,7 +65,7 @@ train = data.split["train"]
 optimizer = optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.05)
 total = epochs * -(-len(train) // batch_size)
 schedule = optim.LambdaLR(optimizer, optim.warmup_cosine(warmup_steps=total // 10, total_steps=total))
-rng = np.random.default_rng(0)
+rng = np.random.default_rng(args.seed)
 history = []
 for epoch in (bar := progress(range(epochs), desc="epochs")):
     for idx in batches(len(train), batch_size, rng):

@@ -18,10 +18,9 @@ import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import models, optim, viz
 from tinyattn.data import DigitCanvases, batches
-from common import options, plot_path, progress, report
+from tinyattn.lesson import options, plot_path, progress, report
 
-args = options(__doc__)
-ta.manual_seed(0)
+args = options(__doc__)                 # also seeds tinyattn's generator: --seed N
 data = DigitCanvases(canvas=16, scale=2, jitter=False)
 train, val, test = data.split["train"], data.split["val"], data.split["test"]
 epochs = 2 if args.quick else 20
@@ -43,7 +42,7 @@ def fit(model, name, loss_fn=None, lr=2e-3, epochs=epochs):
     optimizer = optim.AdamW(model.parameters(), lr=lr, weight_decay=0.05)
     total = epochs * -(-len(train) // 64)
     schedule = optim.LambdaLR(optimizer, optim.warmup_cosine(total // 10, total))
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(args.seed)
     curve, start = [], time.perf_counter()
     for _ in progress(range(epochs), desc=name):
         for idx in batches(len(train), 64, rng):
@@ -60,7 +59,7 @@ def fit(model, name, loss_fn=None, lr=2e-3, epochs=epochs):
 # ## The CNN baseline
 
 # %%
-ta.manual_seed(0)                       # each model starts from the same seed, whichever models trained before it
+ta.manual_seed(args.seed)                       # each model starts from the same seed, whichever models trained before it
 cnn = models.SmallCNN(models.CNNConfig(width=16))
 results = {"CNN": fit(cnn, "CNN", lr=1e-2)}
 
@@ -68,7 +67,7 @@ results = {"CNN": fit(cnn, "CNN", lr=1e-2)}
 # ## Swin: windows of 4x4 patches, shifted by 2 in every second block, merged between stages
 
 # %%
-ta.manual_seed(0)
+ta.manual_seed(args.seed)
 swin = models.Swin(models.SwinConfig(image_size=16, patch_size=2, embed_dim=32, depths=(2, 2), num_heads=(2, 4),
                                      window_size=4))
 results["Swin"] = fit(swin, "Swin", lr=5e-3, epochs=epochs * 3 // 2)       # windows learn more slowly
@@ -77,7 +76,7 @@ results["Swin"] = fit(swin, "Swin", lr=5e-3, epochs=epochs * 3 // 2)       # win
 # ## MLP-Mixer: no attention
 
 # %%
-ta.manual_seed(0)
+ta.manual_seed(args.seed)
 mixer = models.MLPMixer(models.MixerConfig(image_size=16, patch_size=4, d_model=64, depth=4, token_hidden=32,
                                            channel_hidden=128))
 results["Mixer"] = fit(mixer, "Mixer", epochs=epochs * 3 // 5)          # mixes fast: fewer epochs

@@ -13,10 +13,9 @@ import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import models, optim, viz
 from tinyattn.data import DigitStrips
-from common import options, plot_path, progress, report
+from tinyattn.lesson import options, plot_path, progress, report
 
-args = options(__doc__)
-ta.manual_seed(0)
+args = options(__doc__)                 # also seeds tinyattn's generator: --seed N
 data = DigitStrips(n=800 if args.quick else 6000, length=3)
 print("caption of strip 0:", data.vocab.decode(data.captions[0], " "))
 
@@ -30,7 +29,7 @@ print(f"{model.num_parameters():,} parameters, {model.grid[0] * model.grid[1]} p
 steps, batch_size = (40, 32) if args.quick else (2000, 64)
 optimizer = optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
 schedule = optim.LambdaLR(optimizer, optim.warmup_cosine(steps // 10, steps))
-rng = np.random.default_rng(0)
+rng = np.random.default_rng(args.seed)
 train = data.split["train"]
 losses = []
 for step in (bar := progress(range(steps), desc="training")):
@@ -77,6 +76,16 @@ fig.suptitle("attention over the 4x4 patches before each generated word (red tit
              fontsize=10)
 viz.save(fig, plot_path(args, "10_caption_attention.png"))
 viz.save(viz.curves({"train loss": losses}, logy=True), plot_path(args, "10_loss.png"))
+
+# %% [markdown]
+# The first strip's weights as a table, one row per generated word and one column per patch (row r, column c of the
+# patch grid): pick a word and see its weight on every patch (a slider in a notebook or when stepping on a display).
+
+# %%
+patches = [f"r{r}c{c}" for r in range(grid_h) for c in range(grid_w)]
+words = (data.vocab.decode(ids[0], " ").split() + ["?"] * 3)[:3]          # "?" where it stopped early
+explorer = viz.explore_attention(weights[0, None, None], patches, words,
+                                 title="caption attention over patches")
 
 # %%
 if not args.quick:

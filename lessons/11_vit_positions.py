@@ -28,7 +28,7 @@ import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import models, optim, viz
 from tinyattn.data import DigitCanvases, batches
-from common import options, plot_path, progress, report
+from tinyattn.lesson import options, plot_path, progress, report
 
 args = options(__doc__)
 data = DigitCanvases(canvas=16, scale=2, jitter=False)       # 8x8 digits upscaled to fill 16x16: a 4x4 patch grid
@@ -74,12 +74,12 @@ def accuracy(model, rows):
 
 
 def train_vit(position):
-    ta.manual_seed(0)
+    ta.manual_seed(args.seed)
     model = make_vit(position)
     optimizer = optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.05)
     total = epochs * -(-len(train) // 64)
     schedule = optim.LambdaLR(optimizer, optim.warmup_cosine(total // 10, total))
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(args.seed)
     start = time.perf_counter()
     for _ in progress(range(epochs), desc=position):
         for idx in batches(len(train), 64, rng):

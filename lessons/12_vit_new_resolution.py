@@ -21,10 +21,9 @@ import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import models, nn, optim, viz
 from tinyattn.data import DigitCanvases, batches
-from common import options, plot_path, progress, report
+from tinyattn.lesson import options, plot_path, progress, report
 
-args = options(__doc__)
-ta.manual_seed(0)
+args = options(__doc__)                 # also seeds tinyattn's generator: --seed N
 patch = 4
 scales = {16: 2, 24: 3, 32: 4}                       # image side -> how many pixels each of the 8x8 digit's pixels gets
 data = {side: DigitCanvases(canvas=side, scale=s, jitter=False) for side, s in scales.items()}
@@ -64,7 +63,7 @@ def fit(side, epochs, lr):
     optimizer = optim.AdamW(model.parameters(), lr=lr, weight_decay=0.05)
     total = epochs * -(-len(train) // 64)
     schedule = optim.LambdaLR(optimizer, optim.warmup_cosine(total // 10, total))
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(args.seed)
     start = time.perf_counter()
     for _ in progress(range(epochs), desc=f"{side}x{side}"):
         for idx in batches(len(train), 64, rng):
@@ -169,7 +168,7 @@ for start in ("interpolated", "fresh table"):
     if start == "interpolated":
         model.pos_embed = positions_for(6, "interpolated")
     else:
-        ta.manual_seed(1)
+        ta.manual_seed(args.seed + 1)
         model.pos_embed = nn.init.trunc_normal_(nn.Parameter(ta.zeros(1, 1 + 36, 64)), std=0.02)
     fit(24, finetune_epochs, 1e-3)
     finetuned[start] = accuracy(24)

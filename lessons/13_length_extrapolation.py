@@ -25,7 +25,7 @@ import numpy as np
 import tinyattn as ta
 from tinyattn import models, optim, viz
 from tinyattn.data import CharCorpus, bigram_bits_per_char
-from common import options, plot_path, progress, report
+from tinyattn.lesson import options, plot_path, progress, report
 
 args = options(__doc__)
 corpus = CharCorpus(max_chars=60_000 if args.quick else None)
@@ -42,13 +42,13 @@ print(f"{len(corpus.train):,} training characters; train on {train_len}, test on
 
 # %%
 def train_lm(position):
-    ta.manual_seed(0)
+    ta.manual_seed(args.seed)
     config = models.GPTConfig(vocab_size=len(corpus.vocab), block_size=2 * train_len, n_layer=2, num_heads=4,
                               d_model=64 if args.quick else 128, position=position)
     model = models.GPT(config)
     optimizer = optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
     schedule = optim.LambdaLR(optimizer, optim.warmup_cosine(steps // 10, steps, 0.1))
-    rng = np.random.default_rng(0)                                  # the same batches for every scheme
+    rng = np.random.default_rng(args.seed)                                  # the same batches for every scheme
     start = time.perf_counter()
     for _ in progress(range(steps), desc=position):
         x, y = corpus.batch("train", batch_size, train_len, rng)
@@ -74,7 +74,7 @@ for position in schemes:
 # %%
 def bits_per_position(model, windows=8 if args.quick else 256):
     model.eval()
-    rng = np.random.default_rng(1)
+    rng = np.random.default_rng(args.seed + 1)
     out = []
     with ta.no_grad():
         for _ in range(windows // 8):

@@ -23,7 +23,7 @@ import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import models, optim, viz
 from tinyattn.data import DigitCanvases, batches
-from common import options, plot_path, progress, report
+from tinyattn.lesson import options, plot_path, progress, report
 
 args = options(__doc__)
 data = DigitCanvases(canvas=16, scale=2, jitter=False)
@@ -31,7 +31,7 @@ train, test = data.split["train"], data.split["test"]
 if args.quick:
     train = train[:320]
 epochs = 2 if args.quick else 40
-seeds = (0,) if args.quick else (0, 1)
+seeds = [args.seed + i for i in range(1 if args.quick else 2)]
 
 
 def shifted(images, rng):
@@ -73,14 +73,14 @@ def fit(model, loss_fn, epochs, lr, seed, label, augment=True):
 # knowledge the ViT lacks. Trained once, then frozen; its training is not counted in the students' budget.
 
 # %%
-ta.manual_seed(0)
+ta.manual_seed(args.seed)
 teacher = models.SmallCNN(models.CNNConfig(width=32))
 teacher_seconds = fit(teacher, lambda x, y: F.cross_entropy(teacher(x), y), epochs, 1e-2, seed=0,
                       label="CNN teacher", augment=False)
 teacher.eval()
 teacher_acc = accuracy(teacher)
 with ta.no_grad():
-    shifted_logits = teacher(ta.tensor(shifted(data.images[train], np.random.default_rng(2))))
+    shifted_logits = teacher(ta.tensor(shifted(data.images[train], np.random.default_rng(args.seed + 2))))
 soft = ta.softmax(shifted_logits * (1 / 3.0), dim=-1).numpy()                  # at the temperature used below
 right = soft.argmax(-1) == data.labels[train]
 true_class_weight = float(soft[~right, data.labels[train][~right]].mean()) if (~right).any() else float("nan")

@@ -27,7 +27,7 @@ import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import models, optim, viz
 from tinyattn.data import DigitCanvases, batches
-from common import options, plot_path, progress, report
+from tinyattn.lesson import options, plot_path, progress, report
 
 args = options(__doc__)
 data = DigitCanvases(canvas=16, scale=2, jitter=False)
@@ -45,7 +45,7 @@ print({name: len(rows) for name, rows in data.split.items()}, "digits of", data.
 # itself never builds the H*W x H*W matrix; it keeps 9 scores per pixel and head.
 
 # %%
-ta.manual_seed(0)
+ta.manual_seed(args.seed)
 layer = models.LocalSelfAttention2d(4, 8, kernel_size=3, num_heads=2).double()
 x = ta.randn(2, 4, 6, 7, dtype="float64")
 b, _, h, w = x.shape
@@ -113,7 +113,7 @@ def fit(model, name):
     optimizer = optim.AdamW(model.parameters(), lr=lr, weight_decay=0.05)
     total = epochs * -(-len(train) // 64)
     schedule = optim.LambdaLR(optimizer, optim.warmup_cosine(total // 10, total))
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(args.seed)
     start = time.perf_counter()
     for _ in progress(range(epochs), desc=name):
         for idx in batches(len(train), 64, rng):
@@ -132,14 +132,15 @@ builders = {
     "CNN + attention pooling": lambda: models.SmallCNN(models.CNNConfig(width=16, pooling="attention")),
     "local attention, no convolution": lambda: models.LocalAttentionCNN(models.LocalAttentionCNNConfig(width=24)),
 }
-seeds = {name: (0,) if args.quick else (0, 1) if name.startswith("local") else (0, 1, 2) for name in builders}
+seeds = {name: [args.seed + i for i in range(1 if args.quick else 2 if name.startswith("local") else 3)]
+         for name in builders}
 runs, trained = {}, {}
 for name, build in builders.items():
     for seed in seeds[name]:
         ta.manual_seed(seed)
         model = build()
         runs.setdefault(name, []).append(fit(model, f"{name}, seed {seed}"))
-        trained.setdefault(name, model)                                      # keep seed 0's model to look at
+        trained.setdefault(name, model)                                      # keep the first seed's model to look at
 
 # %%
 print(f"{'model':32} {'params':>7} {'test accuracy per seed':>24} {'mean':>6} {'s/epoch':>8}")

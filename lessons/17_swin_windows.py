@@ -22,7 +22,7 @@ import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import models, nn, optim, viz
 from tinyattn.data import DigitCanvases, batches
-from common import options, plot_path, progress, report
+from tinyattn.lesson import options, plot_path, progress, report
 
 args = options(__doc__)
 grid, M = 8, 4                    # an 8x8 map of tokens, windows of 4x4 (the digits Swin's first stage)
@@ -86,7 +86,7 @@ viz.save(fig, plot_path(args, "17_swin_windows.png"))
 # the mask, `window_reverse`, roll back), in float64.
 
 # %%
-ta.manual_seed(0)
+ta.manual_seed(args.seed)
 dim, heads = 8, 2
 attention = nn.WindowAttention(dim, M, heads).double()
 nn.init.normal_(attention.relative_bias.table, std=1.0)                          # a bias that matters
@@ -155,13 +155,13 @@ train, test = data.split["train"], data.split["test"]
 epochs = 2 if args.quick else 40
 if args.quick:
     train = train[:320]
-ta.manual_seed(0)
+ta.manual_seed(args.seed)
 swin = models.Swin(models.SwinConfig(image_size=16, patch_size=2, embed_dim=16, depths=(2, 2), num_heads=(2, 4),
                                      window_size=4))
 optimizer = optim.AdamW(swin.parameters(), lr=5e-3, weight_decay=0.05)
 total = epochs * -(-len(train) // 64)
 schedule = optim.LambdaLR(optimizer, optim.warmup_cosine(total // 10, total))
-rng = np.random.default_rng(0)
+rng = np.random.default_rng(args.seed)
 start = time.perf_counter()
 for _ in progress(range(epochs), desc="Swin"):
     for idx in batches(len(train), 64, rng):

@@ -21,7 +21,7 @@ import numpy as np
 import tinyattn as ta
 from tinyattn import models, optim, viz
 from tinyattn.data import CharCorpus
-from common import options, plot_path, progress, report
+from tinyattn.lesson import options, plot_path, progress, report
 
 args = options(__doc__)
 corpus = CharCorpus(max_chars=60_000 if args.quick else None)
@@ -40,7 +40,7 @@ def train(n_layer, prenorm, seed=0, warmup_steps=0):
                                         num_heads=4, d_model=64, prenorm=prenorm))
     optimizer = optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     schedule = optim.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup_steps) if warmup_steps else 1.0)
-    rng = np.random.default_rng(0)                          # the same batches for every run
+    rng = np.random.default_rng(args.seed)                          # the same batches for every run
     losses, start = [], time.perf_counter()
     label = f"{n_layer} layers, {'pre' if prenorm else 'post'}-norm, seed {seed}" + (", warm-up" if warmup_steps
                                                                                        else "")
@@ -56,7 +56,7 @@ def train(n_layer, prenorm, seed=0, warmup_steps=0):
         schedule.step()
         losses.append(loss.item())
     model.eval()
-    eval_rng = np.random.default_rng(1)
+    eval_rng = np.random.default_rng(args.seed + 1)
     with ta.no_grad():
         val = float(np.mean([model(ta.tensor(x), ta.tensor(y))[1].item()
                              for x, y in (corpus.batch("val", 32, block, eval_rng) for _ in range(8))]))
@@ -64,7 +64,7 @@ def train(n_layer, prenorm, seed=0, warmup_steps=0):
 
 
 runs = {}                        # (layers, prenorm, seed, warm-up) -> run
-for seed in (0,) if args.quick else (0, 1):
+for seed in [args.seed + i for i in range(1 if args.quick else 2)]:
     for prenorm in (True, False):
         runs[(12, prenorm, seed, False)] = train(12, prenorm, seed)
 for prenorm in (True, False):

@@ -22,19 +22,18 @@
 # %%
 import contextlib
 
-import numpy as np
 
 import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import models, viz
 from tinyattn.models.transformer import EncoderLayer
-from common import options, plot_path, report
+from tinyattn.lesson import options, plot_path, report
 
 args = options(__doc__)
 
 
 def block(d_model, num_heads):
-    ta.manual_seed(0)
+    ta.manual_seed(args.seed)
     config = models.TransformerConfig(src_vocab=1, tgt_vocab=1, d_model=d_model, num_heads=num_heads, dropout=0.0)
     return EncoderLayer(config)
 

@@ -13,7 +13,6 @@ import runpy
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)  # lessons import their shared helpers as `common`, as when run as scripts
 
 
 def lesson_files():

@@ -45,9 +45,24 @@ def _run(step, path, namespace):
     return False
 
 
+def _read_line(prompt):
+    """input(), except that open figure windows keep answering (their sliders move) while the prompt waits."""
+    import matplotlib.pyplot as plt
+    if os.environ.get("TINYATTN_SHOW_FIGURES") != "1" or not plt.get_fignums() or os.name != "posix":
+        return input(prompt)
+    import select
+    print(prompt, end="", flush=True)
+    while not select.select([sys.stdin], [], [], 0)[0]:
+        plt.gcf().canvas.start_event_loop(0.05)
+    line = sys.stdin.readline()
+    if not line:
+        raise EOFError
+    return line
+
+
 def _ask():
     try:
-        return input(HELP + " > ").strip()
+        return _read_line(HELP + " > ").strip()
     except EOFError:
         return "q"
     except KeyboardInterrupt:

@@ -132,3 +132,23 @@ def test_a_lesson_as_a_notebook_runs_anywhere_and_shows_its_figures(tmp_path):
     assert any("image/png" in o.get("data", {}) for o in outputs)              # figures inline
     assert list((tmp_path / "figures").glob("03_*.png"))                        # and written to disk
     assert any("RESULT" in o.get("text", "") for o in outputs)
+
+
+def test_the_attention_explorer_in_a_notebook_has_sliders(tmp_path):
+    nbclient = pytest.importorskip("nbclient")
+    nbformat = pytest.importorskip("nbformat")
+    pytest.importorskip("ipykernel")
+    pytest.importorskip("ipywidgets")
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import numpy as np\n"
+        "from tinyattn import viz\n"
+        "maps = np.full((2, 3, 4, 5), 0.2)\n"
+        "explorer = viz.explore_attention(maps, list('abcde'), list('wxyz'))")])
+    nbclient.NotebookClient(notebook, timeout=120, store_widget_state=True,
+                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in notebook.cells[0].outputs)
+    widgets = notebook.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"].values()
+    sliders = {w["state"]["description"]: w["state"]["max"] for w in widgets if w["model_name"] == "IntSliderModel"}
+    assert sliders == {"layer": 1, "head": 2, "query": 3}
+    drawn = [o for w in widgets if w["model_name"] == "OutputModel" for o in w["state"]["outputs"]]
+    assert any("image/png" in o.get("data", {}) for o in drawn)          # interact drew the first view

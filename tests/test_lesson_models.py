@@ -5,7 +5,7 @@ import pytest
 
 import tinyattn as ta
 import tinyattn.functional as F
-from tinyattn import models, nn, viz
+from tinyattn import models, nn
 from conftest import host
 
 SCHEMES = ["none", "learned", "sincos", "sincos2d", "learned2d", "relative"]
@@ -137,19 +137,3 @@ def test_gpt_without_positions_reads_its_prefix_as_a_set():
         model = tiny_gpt(position, n_layer=1)                                # one layer: the last token sees a set
         last = [host(model(ta.tensor(x)))[0, -1] for x in (ids, swapped)]
         assert np.allclose(*last, atol=1e-5) == invariant, position
-
-
-def test_viz_bars_and_attention_distance_draw_what_they_are_given():
-    fig = viz.bars({"a": [1.0, 2.0], "b": [3.0, 4.0]}, errors={"a": [0.1, 0.2], "b": [0.0, 0.1]},
-                   group_labels=["T", "2T"], hlines={"baseline": 2.5}, ymin=0.5)
-    ax = fig.axes[0]
-    assert sorted(round(p.get_height(), 6) for p in ax.patches) == [1.0, 2.0, 3.0, 4.0]
-    assert ax.get_ylim()[0] == 0.5
-    viz.plt.close(fig)
-    fig = viz.attention_distance(np.full((2, 3), 8.0), uniform=8.0, limits=(0, 14))
-    assert fig.axes[0].get_ylim() == (0, 14)
-    viz.plt.close(fig)
-    fig = viz.attention_heatmap(np.eye(3), list("abc"), list("xyz"))
-    assert len(fig.axes) == 2                                               # the heatmap and its colour bar
-    assert all(t.get_fontsize() >= 8 for t in fig.axes[0].get_xticklabels())
-    viz.plt.close(fig)

@@ -63,3 +63,30 @@ def test_lessons_listing(tmp_path):
     assert all(f"{p.name[:2]}  " in listing.stdout for p in LESSONS)
     missing = run(["-m", "lessons", "99"], tmp_path)
     assert missing.returncode != 0 and "no lesson" in missing.stderr
+
+
+def test_seed_and_first_line(tmp_path):
+    """--seed N seeds every draw of a run: the same seed gives the same numbers, another seed others; the first line
+    says what the run ran on."""
+    runs = {seed: run([str(LESSONS[2]), "--quick", "--seed", str(seed)], tmp_path) for seed in (1, 2)}
+    again = run([str(LESSONS[2]), "--quick", "--seed", "1"], tmp_path)
+    result = {seed: r.stdout.rstrip().splitlines()[-1] for seed, r in runs.items()}
+    assert again.stdout.rstrip().splitlines()[-1] == result[1] != result[2]
+    first = runs[1].stdout.splitlines()[0]
+    for word in ("tinyattn", "NumPy", "threads", "device", "seed 1", "quick"):
+        assert word in first, first
+
+
+def test_a_run_leaves_the_checkout_clean():
+    """Figures of ordinary runs go to plots/runs/ (ignored by git); only --gallery writes the README's plots/."""
+    status = ["git", "status", "--porcelain", "--untracked-files=all"]
+    before = subprocess.run(status, cwd=ROOT, capture_output=True, text=True)
+    if before.returncode != 0:
+        pytest.skip("not a git checkout")
+    env = {k: v for k, v in os.environ.items() if k != "TINYATTN_PLOTS"}
+    result = subprocess.run([sys.executable, str(LESSONS[2]), "--quick"], cwd=ROOT, env=env, capture_output=True,
+                            text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "figure: plots/runs/quick/03_" in result.stdout
+    after = subprocess.run(status, cwd=ROOT, capture_output=True, text=True)
+    assert after.stdout == before.stdout

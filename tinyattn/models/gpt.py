@@ -80,9 +80,10 @@ class GPT(nn.Module):
         if config.tie_weights:
             self.head.weight = self.tok_emb.weight
 
-    def forward(self, ids, targets=None, caches=None):
+    def forward(self, ids, targets=None, caches=None, return_attention=False):
         """ids (B, T) -> logits (B, T, vocab); with targets, also the mean cross-entropy. caches: one KVCache per
-        block, extended in place (positions continue from what they hold)."""
+        block, extended in place (positions continue from what they hold). return_attention=True also returns each
+        block's causal attention weights (B, H, T, T), last."""
         ids = as_array(ids)
         offset = len(caches[0]) if caches else 0
         if offset + ids.shape[1] > self.config.block_size:
@@ -91,14 +92,19 @@ class GPT(nn.Module):
         if self.config.position in ("learned", "sinusoidal"):
             x = self.pos_emb(x, offset)
         x = F.dropout(x, self.config.dropout, self.training)
+        maps = []
         for i, block in enumerate(self.blocks):
-            x = block(x, cache=caches[i] if caches else None)
+            x = block(x, cache=caches[i] if caches else None, need_weights=return_attention)
+            if return_attention:
+                maps.append(block.attn.last_weights)
         logits = self.head(self.ln_f(x))
-        if targets is None:
-            return logits
-        targets = as_array(targets)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
-        return logits, loss
+        outputs = (logits,)
+        if targets is not None:
+            targets = as_array(targets)
+            outputs += (F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)),)
+        if return_attention:
+            outputs += (maps,)
+        return outputs[0] if len(outputs) == 1 else outputs
 
     def aux_loss(self):
         """The summed load-balancing losses of the MoE layers (0 without MoE)."""

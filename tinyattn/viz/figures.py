@@ -1,27 +1,8 @@
-"""Figures for the lessons, with matplotlib. Every function takes host NumPy arrays (call Tensor.numpy() first) and
-returns the figure; save() writes it under plots/ and shows it where it can be seen."""
-import os
-import sys
-
+"""The lessons' static figures: attention heatmaps and grids, attention over image patches, position similarity,
+attention distance, curves and bars. Every function takes host NumPy arrays (call Tensor.numpy() first) and returns
+the figure."""
 import matplotlib.pyplot as plt
 import numpy
-
-
-def save(fig, path):
-    """Write fig to path (folders created) and say where; in a notebook show it inline too, and in a window when
-    a lesson is stepped through on a display (TINYATTN_SHOW_FIGURES=1, set by the stepper). Returns the path."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    print(f"figure: {os.path.relpath(path)}", flush=True)
-    if "ipykernel" in sys.modules:
-        from IPython.display import display
-        display(fig)
-    elif os.environ.get("TINYATTN_SHOW_FIGURES") == "1":
-        plt.show(block=False)
-        plt.pause(0.001)
-        return path
-    plt.close(fig)
-    return path
 
 
 TICK_SIZE = 8          # points: the smallest text on any figure

@@ -1,0 +1,13 @@
+"""Seeing what a model does: the lessons' figures (figures.py), the autograd graph behind a tensor (graph.py),
+attention maps to explore by layer, head and query (explorer.py), and where a figure goes once drawn (display.py).
+Every function takes host NumPy arrays (call Tensor.numpy() first) and returns a matplotlib figure."""
+import matplotlib.pyplot as plt  # noqa: F401  (lessons lay out their own figures with viz.plt)
+
+from .display import save
+from .explorer import AttentionExplorer, explore_attention
+from .figures import (TICK_SIZE, attention_distance, attention_grid, attention_heatmap, bars, curves,
+                      patch_attention, position_similarity)
+from .graph import draw_graph
+
+__all__ = ["AttentionExplorer", "TICK_SIZE", "attention_distance", "attention_grid", "attention_heatmap", "bars",
+           "curves", "draw_graph", "explore_attention", "patch_attention", "plt", "position_similarity", "save"]

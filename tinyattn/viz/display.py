@@ -1,0 +1,33 @@
+"""Where a figure goes once it is drawn: always to a file, announced by its path; inline as well in a notebook; in
+a window as well when a lesson is stepped through on a display (the stepper sets TINYATTN_SHOW_FIGURES=1). A plain
+script or a test shows nothing, so no display is ever needed."""
+import os
+import sys
+
+import matplotlib.pyplot as plt
+
+
+def in_notebook():
+    """True inside a Jupyter kernel."""
+    return "ipykernel" in sys.modules
+
+
+def showing_windows():
+    """True when figures should also open in windows (stepping a lesson on a display)."""
+    return not in_notebook() and os.environ.get("TINYATTN_SHOW_FIGURES") == "1"
+
+
+def save(fig, path):
+    """Write fig to path (folders created), say where, and show it where it can be seen. Returns the path."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    print(f"figure: {os.path.relpath(path)}", flush=True)
+    if in_notebook():
+        from IPython.display import display
+        display(fig)
+    elif showing_windows():
+        plt.show(block=False)
+        plt.pause(0.001)
+        return path
+    plt.close(fig)              # shown (or not needed): free it, so a long lesson does not pile up open figures
+    return path

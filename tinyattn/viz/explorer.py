@@ -1,0 +1,120 @@
+"""Attention you can explore: pick a layer, a head and a query and see where that query looks, over the weights the
+models keep (need_weights=True, return_attention=True). In a notebook the controls are ipywidgets sliders; in a
+window (stepping a lesson on a display) matplotlib sliders; elsewhere there is the figure alone, moved by select()."""
+import matplotlib.pyplot as plt
+import numpy
+
+from .display import in_notebook, showing_windows
+from .figures import TICK_SIZE, _colorbar
+
+MAX_TICK_LABELS = 40          # beyond this many tokens an axis shows numbers, not labels
+
+
+def _stack(maps):
+    """A list of per-layer (batch, heads, queries, keys) maps (the first batch item is shown) or a
+    (layers, heads, queries, keys) array -> one float array (layers, heads, queries, keys)."""
+    if isinstance(maps, (list, tuple)):
+        layers = [numpy.asarray(m)[0] if numpy.ndim(m) == 4 else numpy.asarray(m) for m in maps]
+        shapes = {layer.shape for layer in layers}
+        if len(shapes) != 1 or len(next(iter(shapes))) != 3:
+            raise ValueError("every layer's map must be (heads, queries, keys), or (batch, heads, queries, keys), "
+                             f"all of one shape; got {[layer.shape for layer in layers]}")
+        maps = numpy.stack(layers)
+    maps = numpy.asarray(maps, dtype=float)
+    if maps.ndim != 4:
+        raise ValueError(f"maps must be (layers, heads, queries, keys), got shape {maps.shape}")
+    return maps
+
+
+class AttentionExplorer:
+    """The weights of one layer and head as a heatmap, the chosen query marked, and that query's row as bars.
+    select(layer, head, query) redraws; the figure is .figure."""
+
+    def __init__(self, maps, x_labels=None, y_labels=None, title="attention"):
+        self.maps = _stack(maps)
+        layers, heads, queries, keys = self.maps.shape
+        self.x_labels = [str(t) for t in x_labels] if x_labels is not None else [str(i) for i in range(keys)]
+        self.y_labels = [str(t) for t in y_labels] if y_labels is not None else [str(i) for i in range(queries)]
+        if len(self.x_labels) != keys or len(self.y_labels) != queries:
+            raise ValueError(f"{len(self.x_labels)} key labels and {len(self.y_labels)} query labels for maps of "
+                             f"{queries} queries and {keys} keys")
+        self.title = title
+        self.figure, (self.map_ax, self.bar_ax) = plt.subplots(1, 2, figsize=(10, 4),
+                                                               gridspec_kw={"width_ratios": [3, 2]})
+        self.image = self.map_ax.imshow(self.maps[0, 0], cmap="viridis", vmin=0, vmax=max(self.maps.max(), 1e-9),
+                                        aspect="auto")
+        _colorbar(self.image, self.map_ax, "attention weight")
+        self.marker = self.map_ax.axhline(0, color="white", lw=1.5)
+        self.map_ax.set_xlabel("keys (attended to)", fontsize=9)
+        self.map_ax.set_ylabel("queries", fontsize=9)
+        if keys <= MAX_TICK_LABELS:
+            self.map_ax.set_xticks(range(keys), labels=self.x_labels, fontsize=TICK_SIZE, rotation=90)
+        if queries <= MAX_TICK_LABELS:
+            self.map_ax.set_yticks(range(queries), labels=self.y_labels, fontsize=TICK_SIZE)
+        self.bars = self.bar_ax.bar(range(keys), self.maps[0, 0, 0], color="tab:blue")
+        self.bar_ax.set_ylim(0, 1)
+        self.bar_ax.set_xlabel("key", fontsize=9)
+        self.bar_ax.set_ylabel("weight", fontsize=9)
+        self.bar_ax.tick_params(labelsize=TICK_SIZE)
+        self.layer = self.head = self.query = 0
+        self.select(0, 0, 0)
+
+    def select(self, layer=None, head=None, query=None):
+        """Show this layer, head and query (None keeps the current one). Returns self."""
+        chosen = [self.layer if layer is None else int(layer), self.head if head is None else int(head),
+                  self.query if query is None else int(query)]
+        for name, value, count in zip(("layer", "head", "query"), chosen, self.maps.shape):
+            if not 0 <= value < count:
+                raise IndexError(f"{name} {value} is out of range: there are {count}")
+        self.layer, self.head, self.query = chosen
+        weights = self.maps[self.layer, self.head]
+        self.image.set_data(weights)
+        self.marker.set_ydata([self.query, self.query])
+        for bar, height in zip(self.bars, weights[self.query]):
+            bar.set_height(height)
+        self.map_ax.set_title(f"{self.title}: layer {self.layer}, head {self.head}", fontsize=10)
+        self.bar_ax.set_title(f"where query {self.y_labels[self.query]!r} looks", fontsize=10)
+        self.figure.canvas.draw_idle()
+        return self
+
+    def add_sliders(self):
+        """matplotlib sliders under the figure, one for each of layer, head and query that has a choice."""
+        from matplotlib.widgets import Slider
+        self.figure.subplots_adjust(bottom=0.32)
+        self.sliders = {}
+        choices = [(name, count) for name, count in zip(("layer", "head", "query"), self.maps.shape) if count > 1]
+        for i, (name, count) in enumerate(choices):
+            ax = self.figure.add_axes([0.15, 0.17 - 0.05 * i, 0.6, 0.03])
+            slider = Slider(ax, name, 0, count - 1, valinit=0, valstep=1)
+            slider.on_changed(lambda value, name=name: self.select(**{name: value}))
+            self.sliders[name] = slider
+        return self
+
+
+def explore_attention(maps, x_labels=None, y_labels=None, title="attention"):
+    """An AttentionExplorer with its controls where it is shown: ipywidgets sliders in a notebook, matplotlib
+    sliders in a window when stepping a lesson on a display; elsewhere (a script, a test) the figure alone, not
+    shown: call .select(layer, head, query) and save .figure."""
+    explorer = AttentionExplorer(maps, x_labels, y_labels, title)
+    if in_notebook():
+        from IPython.display import display
+        try:
+            import ipywidgets
+        except ImportError:
+            print("the figure alone: sliders need ipywidgets (pip install -e '.[notebook]')")
+            display(explorer.figure)
+            plt.close(explorer.figure)
+            return explorer
+
+        def show(**chosen):                          # interact clears its output and shows the redrawn figure
+            display(explorer.select(**chosen).figure)
+        sliders = {name: ipywidgets.IntSlider(0, 0, count - 1)
+                   for name, count in zip(("layer", "head", "query"), explorer.maps.shape)}
+        plt.close(explorer.figure)                   # shown by interact, not a second time by the inline backend
+        ipywidgets.interact(show, **sliders)
+    elif showing_windows():
+        explorer.add_sliders()
+        plt.show(block=False)
+    else:
+        plt.close(explorer.figure)                   # nothing will show it; select() still redraws it for saving
+    return explorer
