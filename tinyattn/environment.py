@@ -35,18 +35,37 @@ def blas():
     return {"name": "unknown"}
 
 
+# x86 kernels of OpenBLAS without AVX-512. OPENBLAS_CORETYPE forces one of them whatever the CPU can do: some
+# machines set it (older OpenBLAS builds misbehave on new CPUs), and a current NumPy then runs its matmuls at half
+# the speed an AVX-512 kernel reaches (measured on an AMD EPYC Zen 5: 121 against 230 GFLOP/s per core).
+_WITHOUT_AVX512 = {"Haswell", "Zen", "SandyBridge", "Sandybridge", "Nehalem", "Prescott", "Core2", "Barcelona"}
+
+
+def blas_note(described=None):
+    """A sentence when OPENBLAS_CORETYPE holds NumPy's OpenBLAS to kernels narrower than the CPU's vectors."""
+    d = described or describe()
+    b = d["blas"]
+    if d["isa"] == "AVX-512" and b.get("name") == "openblas" and b.get("kernel") in _WITHOUT_AVX512 \
+            and d["openblas_coretype"]:
+        return (f"note: OPENBLAS_CORETYPE={d['openblas_coretype']} in the environment holds NumPy's OpenBLAS to its "
+                f"{b['kernel']} (AVX2) kernel on this AVX-512 CPU; matmuls here run at about half the speed they "
+                "could, and this run's timings reflect that")
+    return None
+
+
 def describe(device=None):
     """A dict of all of it."""
     import tinyattn
     model, isa = cpu_model()
     return {"tinyattn": tinyattn.__version__, "numpy": numpy.__version__, "cpu": model, "isa": isa,
             "cores": os.cpu_count(), "threads": cpu.get_num_threads(), "blas": blas(),
-            "device": str(device or backend.default_device())}
+            "device": str(device or backend.default_device()),
+            "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE")}
 
 
-def line(device=None):
+def line(described=None):
     """One line of it, for the top of a lesson's output."""
-    d = describe(device)
+    d = described or describe()
     b = d["blas"]
     return (f"tinyattn {d['tinyattn']} · NumPy {d['numpy']} · {b.get('name')} {b.get('version')} "
             f"({b.get('kernel')} kernel) · {d['cpu']} ({d['isa']}) · {d['threads']} threads · device {d['device']}")

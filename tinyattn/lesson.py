@@ -43,7 +43,11 @@ def options(description=""):
     if os.path.isdir(LESSONS) and LESSONS not in sys.path:
         sys.path.insert(0, LESSONS)   # `from exercises...` imports as in a script run from lessons/, from anywhere
     cpu.tune_allocator()          # a lesson is a whole program: let glibc keep freed memory (tinyattn/cpu/tuning.py)
-    print(environment.line() + f" · seed {args.seed}" + (" · quick" if args.quick else ""), flush=True)
+    described = environment.describe()
+    print(environment.line(described) + f" · seed {args.seed}" + (" · quick" if args.quick else ""), flush=True)
+    note = environment.blas_note(described)
+    if note:
+        print(note, flush=True)
     return args
 
 

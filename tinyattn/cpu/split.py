@@ -47,8 +47,11 @@ def sum_over_parts(work, parts, new_totals):
         for part in mine:
             work(part, totals)
         return totals
-    per_thread = share(run, parts)
-    return tuple(sum(totals) for totals in zip(*per_thread))
+    first, *others = share(run, parts)
+    for totals in others:                  # into the first thread's arrays: no temporary the size of a total
+        for total, part in zip(first, totals):
+            total += part
+    return first
 
 
 def matmul(a, b, bias=None):
