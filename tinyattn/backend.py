@@ -91,7 +91,7 @@ def xp_for(device):
 
 
 def is_cupy_array(array):
-    return type(array).__module__.split(".")[0] == "cupy"
+    return not isinstance(array, numpy.ndarray) and type(array).__module__.startswith("cupy")
 
 
 def is_array(value):

@@ -96,7 +96,7 @@ class Node:
         self.function = function
         self.ctx = ctx
         self.inputs = inputs  # a Tensor or None per positional argument of forward
-        self.saved_versions = saved_versions  # (version counter, its value then, what) for the saved memory
+        self.saved_versions = saved_versions  # (version counter, its value then, input index) per saved array
         self.output_shape, self.output_dtype = output.shape, output.dtype  # what the call made, for a picture
 
     def input_gradients(self, grad):
@@ -116,8 +116,9 @@ class Node:
             raise RuntimeError(
                 f"trying to backward through {self.function.__name__} a second time: its saved arrays were "
                 "freed by the first backward. Pass retain_graph=True to the first backward to keep them.")
-        for counter, then, what in self.saved_versions:
+        for counter, then, index in self.saved_versions:
             if counter[0] != then:
+                what = "its output" if index is None else f"input {index} of shape {self.inputs[index].shape}"
                 raise RuntimeError(
                     f"one of the arrays {self.function.__name__} saved for its backward has been modified by an "
                     f"in-place operation: {what} is at version {counter[0]}, it was at version {then} when saved. "
@@ -374,8 +375,8 @@ def _sum_to_shape(grad, parent, index, node):
     """The gradient for input `index` reduced to its shape (the one place broadcast gradients are summed back) and
     dtype. A gradient that does not broadcast to the input is an error, even one of the same size (a transposed
     gradient of a (5, 4) input is (4, 5): reshaping it would hide the bug)."""
-    shape = parent.shape
-    if tuple(grad.shape) != shape:
+    shape = parent.array.shape
+    if grad.shape != shape:
         extra = grad.ndim - len(shape)
         fits = extra >= 0 and all(g == s or s == 1 for g, s in zip(grad.shape[extra:], shape))
         if not fits:
@@ -384,7 +385,8 @@ def _sum_to_shape(grad, parent, index, node):
         axes = tuple(range(extra)) + tuple(extra + i for i, size in enumerate(shape)
                                            if size == 1 and grad.shape[extra + i] != 1)
         grad = grad.sum(axis=axes, keepdims=True).reshape(shape)
-    return grad if grad.dtype == parent.dtype else grad.astype(parent.dtype)
+    dtype = parent.array.dtype
+    return grad if grad.dtype == dtype else grad.astype(dtype)
 
 
 class Function:
@@ -406,16 +408,16 @@ class Function:
     @classmethod
     def apply(cls, *args, **kwargs):
         """Run forward on the raw arrays of args and, when a gradient is wanted, record the call for backward."""
-        _check_one_device(cls, args)
+        arrays = [as_array(a) for a in args]
+        _check_one_device(cls, arrays)
         ctx = Context(tuple(isinstance(a, Tensor) and a.requires_grad for a in args))
-        output = cls.forward(ctx, *(as_array(a) for a in args), **kwargs)
+        output = cls.forward(ctx, *arrays, **kwargs)
         result = Tensor(output)
-        tensors = [(i, a) for i, a in enumerate(args) if isinstance(a, Tensor)]
-        _share_versions_with_viewed_input(result, tensors)
+        inputs = [a if isinstance(a, Tensor) else None for a in args]
+        _share_versions_with_viewed_input(result, inputs)
         if is_grad_enabled() and any(ctx.needs_input_grad) and _is_float(output.dtype):
             result.requires_grad = True
-            result._node = Node(cls, ctx, [a if isinstance(a, Tensor) else None for a in args],
-                                _saved_versions(ctx.saved_tensors, tensors, result), result)
+            result._node = Node(cls, ctx, inputs, _saved_versions(ctx.saved_tensors, inputs, result), result)
         return result
 
 
@@ -425,33 +427,36 @@ def _memory_owner(array):
     return array if base is None else base
 
 
-def _share_versions_with_viewed_input(result, tensors):
+def _share_versions_with_viewed_input(result, inputs):
     """A result that views an input's memory (reshape, transpose, a slice) counts in-place changes with it."""
     owner = _memory_owner(result.array)
-    for _, t in tensors:
-        if _memory_owner(t.array) is owner:
+    for t in inputs:
+        if t is not None and _memory_owner(t.array) is owner:
             result._versions = t._versions
             return
 
 
-def _saved_versions(saved, tensors, result):
-    """(version counter, version now, what) for each input and the result whose memory forward saved."""
-    owners = {id(_memory_owner(a)) for a in saved if backend.is_array(a)}
-    if not owners:
+def _saved_versions(saved, inputs, result):
+    """(version counter, version now, input index or None for the output) for each input and the result whose
+    memory forward saved: backward checks that none was changed in place since."""
+    if not saved:
         return ()
-    candidates = [(t, f"input {i} of shape {t.shape}") for i, t in tensors] + [(result, "its output")]
-    return tuple((t._versions, t._versions[0], what) for t, what in candidates
-                 if id(_memory_owner(t.array)) in owners)
+    owners = {id(_memory_owner(a)) for a in saved if backend.is_array(a)}
+    found = [(t._versions, t._versions[0], i) for i, t in enumerate(inputs)
+             if t is not None and id(_memory_owner(t.array)) in owners]
+    if id(_memory_owner(result.array)) in owners:
+        found.append((result._versions, result._versions[0], None))
+    return tuple(found)
 
 
-def _check_one_device(function, args):
-    """Tensors and raw arrays (masks, indices) alike: CuPy would fail on a NumPy operand with a TypeError that names
-    neither device."""
-    placed = [(a.device if isinstance(a, Tensor) else backend.device_of(a), a) for a in args
-              if isinstance(a, Tensor) or backend.is_array(a)]
-    if len({device for device, _ in placed}) > 1:
+def _check_one_device(function, arrays):
+    """Tensors' arrays and raw arrays (masks, indices) alike: CuPy would fail on a NumPy operand with a TypeError that
+    names neither device."""
+    on_gpu = [backend.is_cupy_array(a) for a in arrays if backend.is_array(a)]
+    if any(on_gpu) and not all(on_gpu):
         raise RuntimeError(f"{function.__name__} got inputs on different devices: "
-                           + ", ".join(f"{device} {tuple(a.shape)}" for device, a in placed))
+                           + ", ".join(f"{backend.device_of(a)} {tuple(a.shape)}" for a in arrays
+                                       if backend.is_array(a)))
 
 
 def as_array(x):

@@ -335,6 +335,8 @@ def cast(x, dtype, like):
 
 def binary(function, a, b, dtype=None):
     """function.apply on a and b (tensors, arrays or numbers) cast to their common dtype (promotion.py)."""
+    if dtype is None and isinstance(a, Tensor) and isinstance(b, Tensor) and a.array.dtype == b.array.dtype:
+        return function.apply(a, b)        # the common case, two tensors of one dtype: nothing to promote
     like = a if isinstance(a, Tensor) else b
     dtype = dtype or result_dtype(a, b)
     return function.apply(cast(a, dtype, like), cast(b, dtype, like))
