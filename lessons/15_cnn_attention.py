@@ -79,14 +79,16 @@ conv = ta.nn.Conv2d(c_in, c_out, 3, padding=1).double()
 as_conv = models.LocalSelfAttention2d(c_in, 9 * c_in, kernel_size=3, num_heads=9).double()
 qkv = np.zeros((3 * 9 * c_in, c_in))
 qkv[2 * 9 * c_in:] = np.tile(np.eye(c_in), (9, 1))                          # values: head t gets the input itself
-as_conv.qkv.weight.array[...] = qkv
-as_conv.qkv.bias.array[...] = 0
-as_conv.relative_bias.array[...] = 50 * np.eye(9)[:, :, None, None]           # head t looks at offset t only
 proj = np.zeros((9 * c_in, 9 * c_in))
 proj[:c_out] = conv.weight.numpy().transpose(0, 2, 3, 1).reshape(c_out, 9 * c_in)   # [o, t * c_in + c] = W[o, c, t]
-as_conv.proj.weight.array[...] = proj
-as_conv.proj.bias.array[...] = 0
-as_conv.proj.bias.array[:c_out] = conv.bias.numpy()
+proj_bias = np.zeros(9 * c_in)
+proj_bias[:c_out] = conv.bias.numpy()
+with ta.no_grad():                                                           # set by hand, outside the graph
+    as_conv.qkv.weight.copy_(ta.tensor(qkv))
+    as_conv.qkv.bias.zero_()
+    as_conv.relative_bias.copy_(ta.tensor(50 * np.eye(9)[:, :, None, None]))   # head t looks at offset t only
+    as_conv.proj.weight.copy_(ta.tensor(proj))
+    as_conv.proj.bias.copy_(ta.tensor(proj_bias))
 image = ta.randn(2, c_in, 7, 7, dtype="float64")
 conv_err = float(np.abs(as_conv(image).numpy()[:, :c_out, 1:-1, 1:-1] - conv(image).numpy()[:, :, 1:-1, 1:-1]).max())
 print(f"9-head local attention set by hand vs a 3x3 convolution, inside the border: max |difference| = "
