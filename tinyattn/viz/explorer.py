@@ -5,7 +5,7 @@ import matplotlib.pyplot as plt
 import numpy
 
 from .display import in_notebook, showing_windows
-from .figures import TICK_SIZE, _colorbar
+from .figures import TICK_SIZE, attention_heatmap
 
 MAX_TICK_LABELS = 40          # beyond this many tokens an axis shows numbers, not labels
 
@@ -41,16 +41,11 @@ class AttentionExplorer:
         self.title = title
         self.figure, (self.map_ax, self.bar_ax) = plt.subplots(1, 2, figsize=(10, 4),
                                                                gridspec_kw={"width_ratios": [3, 2]})
-        self.image = self.map_ax.imshow(self.maps[0, 0], cmap="viridis", vmin=0, vmax=max(self.maps.max(), 1e-9),
-                                        aspect="auto")
-        _colorbar(self.image, self.map_ax, "attention weight")
+        attention_heatmap(self.maps[0, 0], self.x_labels if keys <= MAX_TICK_LABELS else None,
+                          self.y_labels if queries <= MAX_TICK_LABELS else None, ax=self.map_ax)
+        self.image = self.map_ax.images[0]
+        self.image.set_clim(0, max(self.maps.max(), 1e-9))      # one colour scale for every layer and head
         self.marker = self.map_ax.axhline(0, color="white", lw=1.5)
-        self.map_ax.set_xlabel("keys (attended to)", fontsize=9)
-        self.map_ax.set_ylabel("queries", fontsize=9)
-        if keys <= MAX_TICK_LABELS:
-            self.map_ax.set_xticks(range(keys), labels=self.x_labels, fontsize=TICK_SIZE, rotation=90)
-        if queries <= MAX_TICK_LABELS:
-            self.map_ax.set_yticks(range(queries), labels=self.y_labels, fontsize=TICK_SIZE)
         self.bars = self.bar_ax.bar(range(keys), self.maps[0, 0, 0], color="tab:blue")
         self.bar_ax.set_ylim(0, 1)
         self.bar_ax.set_xlabel("key", fontsize=9)
