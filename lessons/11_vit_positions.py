@@ -6,8 +6,8 @@
 # throws the order away for good. The ViT paper (Dosovitskiy et al. 2021, Appendix D.4) trained one model with no
 # position information and with three ways of adding it; the course notes list them: none, learned 1-D (the paper's
 # default), learned 2-D (half the channels for the row, half for the column) and relative. The paper found that
-# leaving positions out costs accuracy and that the way of adding them matters little. We replay that ablation on
-# digits, with the original Transformer's fixed sinusoids (in reading order, and the 2-D sin-cos of later ViTs) beside
+# leaving positions out costs some accuracy and that the way of adding them matters little. We replay that ablation
+# on digits, then cut the same digits into smaller patches to see when a bag of patches stops being enough. With the original Transformer's fixed sinusoids (in reading order, and the 2-D sin-cos of later ViTs) beside
 # the learned ones:
 #
 # | scheme | what tells a token where it sits (g x g patches, width D, H heads) | learned numbers |
@@ -31,16 +31,19 @@ from tinyattn.data import DigitCanvases, batches
 from tinyattn.lesson import options, plot_path, progress, report
 
 args = options(__doc__)
-data = DigitCanvases(canvas=16, scale=2, jitter=False)       # 8x8 digits upscaled to fill 16x16: a 4x4 patch grid
+# 8x8 digits upscaled to 16x16 and centred on an 18x18 canvas, cut into 6x6 patches: a 3x3 grid of patches, each
+# holding a 3x3-pixel piece of the original digit.
+data = DigitCanvases(canvas=18, scale=2, jitter=False)
+patch, grid = 6, 3
 train, test = data.split["train"], data.split["test"]
 if args.quick:
     train = train[:320]
 schemes = ["none", "learned", "sincos", "sincos2d", "learned2d", "relative"]
 
 
-def make_vit(position):
-    return models.ViT(models.ViTConfig(image_size=16, patch_size=4, d_model=64, depth=2, num_heads=4, mlp_ratio=2,
-                                       pool="mean", position=position))
+def make_vit(position, image_size=18, patch_size=patch):
+    return models.ViT(models.ViTConfig(image_size=image_size, patch_size=patch_size, d_model=64, depth=2, num_heads=4,
+                                       mlp_ratio=2, pool="mean", position=position))
 
 
 bare = make_vit("none").num_parameters()
@@ -65,17 +68,17 @@ def shifted(images, rng):
     return out
 
 
-def accuracy(model, rows):
+def accuracy(model, images, rows):
     model.eval()
     with ta.no_grad():
-        predictions = model(ta.tensor(data.images[rows])).numpy().argmax(-1)
+        predictions = model(ta.tensor(images[rows])).numpy().argmax(-1)
     model.train()
     return float((predictions == data.labels[rows]).mean())
 
 
-def train_vit(position):
+def train_vit(position, images=data.images, image_size=18, patch_size=patch):
     ta.manual_seed(args.seed)
-    model = make_vit(position)
+    model = make_vit(position, image_size, patch_size)
     optimizer = optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.05)
     total = epochs * -(-len(train) // 64)
     schedule = optim.LambdaLR(optimizer, optim.warmup_cosine(total // 10, total))
@@ -84,13 +87,13 @@ def train_vit(position):
     for _ in progress(range(epochs), desc=position):
         for idx in batches(len(train), 64, rng):
             rows = train[idx]
-            loss = F.cross_entropy(model(ta.tensor(shifted(data.images[rows], rng))), ta.tensor(data.labels[rows]),
+            loss = F.cross_entropy(model(ta.tensor(shifted(images[rows], rng))), ta.tensor(data.labels[rows]),
                                    label_smoothing=0.1)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
             schedule.step()
-    return model, accuracy(model, test), time.perf_counter() - start
+    return model, accuracy(model, images, test), time.perf_counter() - start
 
 
 trained, test_acc, seconds = {}, {}, {}
@@ -102,29 +105,50 @@ print(f"{'scheme':10} {'test accuracy':>13} {'seconds':>8}")
 for position in schemes:
     print(f"{position:10} {test_acc[position]:13.3f} {seconds[position]:8.1f}")
 with_positions = [p for p in schemes if p != "none"]
-gap = min(test_acc[p] for p in with_positions) - test_acc["none"]
+mean_with = np.mean([test_acc[p] for p in with_positions])
 spread = max(test_acc[p] for p in with_positions) - min(test_acc[p] for p in with_positions)
-print(f"the worst scheme with positions is {gap:.3f} above none; the five with positions span {spread:.3f} "
+print(f"the five with positions average {mean_with:.3f}, none {test_acc['none']:.3f} "
+      f"({(test_acc['none'] - mean_with) * len(test):+.1f} test images); the five span {spread:.3f} "
       f"({spread * len(test):.0f} test images)")
 viz.save(viz.bars({p: test_acc[p] for p in schemes}, ylabel="test accuracy",
-                  title=f"ViT on digits, one run per position scheme ({epochs} epochs)"),
+                  title=f"ViT on digits, 3x3 patches, one run per position scheme ({epochs} epochs)"),
          plot_path(args, "11_position_ablation.png"))
 
 # %% [markdown]
-# What one run of each can show is the gap between `none` and the rest: a bag of 4x4 patches of a digit, shifted by
-# up to 2 pixels, loses the strokes' arrangement. The differences among the five schemes with positions are a
-# handful of test images; treat them as noise until several seeds agree.
+# Read the numbers above with the test set's size in mind: one run of each, and a difference of a few test images is
+# noise until several seeds agree. A model without positions is not helpless here: attention compares the patches'
+# contents, and nine 3x3-pixel pieces of a digit, taken as a bag, still say a lot about which digit it is.
+#
+# ## Smaller patches: when the bag of patches stops being enough
+# Cut the same digits finer, into a 4x4 grid of 2x2-pixel pieces (16x16 canvas, 4x4 patches), and train `none` and
+# `learned` again with the same recipe. Each piece now holds a fragment of a stroke, and the training shifts of up to
+# 2 pixels move the patch boundaries by half a patch, so what a bag of pieces holds changes from step to step while
+# their arrangement is what tells a 3 from an 8.
+
+# %%
+fine = DigitCanvases(canvas=16, scale=2, jitter=False)
+assert np.array_equal(fine.split["test"], test) and np.array_equal(fine.labels, data.labels)    # the same digits
+fine_acc = {}
+for position in ("none", "learned"):
+    _, fine_acc[position], seconds[f"fine {position}"] = train_vit(position, fine.images, image_size=16, patch_size=4)
+print(f"4x4 grid of 2x2-pixel pieces: none {fine_acc['none']:.3f}, learned {fine_acc['learned']:.3f} "
+      f"(3x3 grid of 3x3-pixel pieces: none {test_acc['none']:.3f}, learned {test_acc['learned']:.3f})")
+fine_gap = fine_acc["learned"] - fine_acc["none"]
+print(f"leaving positions out costs {test_acc['learned'] - test_acc['none']:.3f} with the larger patches "
+      f"and {fine_gap:.3f} with the smaller ones")
+
+# %% [markdown]
+# How much a ViT needs its position encoding depends on how much each token carries by itself: the less a patch
+# holds, the more of the image lives in the patches' arrangement, and the arrangement is exactly what attention
+# without positions cannot see.
 #
 # ## What the position tables encode
 # For the schemes that add a table, compare each position's vector with its neighbour's (cosine similarity): to the
-# right (the next token in reading order) and below (four tokens later in reading order). A fixed 1-D table in
+# right (the next token in reading order) and below (three tokens later in reading order). A fixed 1-D table in
 # reading order makes a patch more like its right neighbour than like the one below it, by construction; the fixed 2-D
 # table treats the two alike; the learned tables become whatever training made of them.
 
 # %%
-grid = 4
-
-
 def neighbour_similarity(table):
     e = table / np.linalg.norm(table, axis=1, keepdims=True)
     sim = e @ e.T
@@ -136,7 +160,7 @@ def neighbour_similarity(table):
 
 
 tables = {p: trained[p].position_table().numpy()[0, 1:] for p in ("learned", "sincos", "sincos2d", "learned2d")}
-print(f"{'scheme':10} {'right':>6} {'below':>6} {'4+ apart':>9}   (mean cosine similarity of position vectors)")
+print(f"{'scheme':10} {'right':>6} {'below':>6} {f'{grid}+ apart':>9}   (mean cosine similarity of position vectors)")
 similarity = {}
 for position, table in tables.items():
     similarity[position] = neighbour_similarity(table)
@@ -173,11 +197,12 @@ print(f"relative bias, block 0: from {bias.min():.2f} to {bias.max():.2f} "
 
 # %%
 if not args.quick:
-    assert gap >= 0.2, test_acc
-    for position in with_positions:
+    for position in schemes:
         assert test_acc[position] >= 0.9, (position, test_acc[position])
+    assert fine_gap >= 0.2, fine_acc
     assert similarity["sincos"][0] > similarity["sincos"][1]       # reading order: right is near, below is far
     assert abs(similarity["sincos2d"][0] - similarity["sincos2d"][1]) < 0.01
 report(vit_pe_ablation_acc={p: round(a, 4) for p, a in test_acc.items()},
+       vit_pe_small_patches_acc={p: round(a, 4) for p, a in fine_acc.items()},
        position_neighbour_similarity={p: [round(float(v), 3) for v in s] for p, s in similarity.items()},
        seconds=sum(seconds.values()))

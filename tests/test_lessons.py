@@ -21,7 +21,7 @@ EXPECTED_KEYS = {
     "08": {"vit_test_acc"},
     "09": {"swin_test_acc", "mixer_test_acc"},
     "10": {"caption_exact_match"},
-    "11": {"vit_pe_ablation_acc"},
+    "11": {"vit_pe_ablation_acc", "vit_pe_small_patches_acc"},
     "12": {"vit_new_resolution_acc_interpolated", "vit_new_resolution_acc_without"},
     "13": {"lm_extrapolation_bpc"},
     "14": {"vit_no_distill_acc", "deit_soft_acc", "deit_hard_acc"},
