@@ -163,3 +163,22 @@ def test_the_normal_cdf_polynomial_is_what_its_fit_script_makes():
     coefficients = fit_normal_cdf.fit()
     assert coefficients == arrays.NORMAL_TAIL_POLY
     assert fit_normal_cdf.largest_relative_error(coefficients, points=20001) < 1.5e-8
+
+
+def test_the_machine_record_names_the_simd_targets_numpy_runs_and_what_turned_them_off():
+    import json
+    import os
+    import subprocess
+    import sys
+    from tinyattn import environment
+    described = environment.describe()
+    assert described["numpy_simd"] == environment.numpy_simd()
+    if not described["numpy_simd"]:
+        pytest.skip("NumPy dispatches nothing above its baseline on this CPU")
+    widest = described["numpy_simd"][-1]
+    script = "import json; from tinyattn import environment; print(json.dumps(environment.describe()))"
+    env = dict(os.environ, NPY_DISABLE_CPU_FEATURES=widest)
+    narrower = json.loads(subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                                         check=True).stdout)
+    assert widest not in narrower["numpy_simd"]
+    assert narrower["npy_disable_cpu_features"] == widest

@@ -41,6 +41,18 @@ def blas():
 _WITHOUT_AVX512 = {"Haswell", "Zen", "SandyBridge", "Sandybridge", "Nehalem", "Prescott", "Core2", "Barcelona"}
 
 
+def numpy_simd():
+    """The SIMD targets NumPy's own loops (exp, add, sum, ...) dispatch to on this CPU, widest last.
+
+    NumPy compiles each loop for several targets and picks the widest the CPU has at import, unless
+    NPY_DISABLE_CPU_FEATURES names some: then an AVX-512 CPU runs NumPy's loops as an AVX2 one would."""
+    try:
+        from numpy._core import _multiarray_umath as umath
+    except ImportError:                                   # NumPy 1.x
+        from numpy.core import _multiarray_umath as umath
+    return [target for target in umath.__cpu_dispatch__ if umath.__cpu_features__.get(target)]
+
+
 def blas_note(described=None):
     """A sentence when OPENBLAS_CORETYPE holds NumPy's OpenBLAS to kernels narrower than the CPU's vectors."""
     d = described or describe()
@@ -60,7 +72,8 @@ def describe(device=None):
     return {"tinyattn": tinyattn.__version__, "numpy": numpy.__version__, "cpu": model, "isa": isa,
             "cores": os.cpu_count(), "threads": cpu.get_num_threads(), "blas": blas(),
             "device": str(device or backend.default_device()),
-            "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE")}
+            "numpy_simd": numpy_simd(), "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"),
+            "npy_disable_cpu_features": os.environ.get("NPY_DISABLE_CPU_FEATURES")}
 
 
 def line(described=None):
