@@ -73,6 +73,27 @@ def test_matmul_shared_by_rows_matches_numpy(thread_count, a_shape, b_shape):
 
 
 @cpu_only
+@pytest.mark.parametrize("count", [1, 2, 3, 4])
+def test_matmuls_runs_several_products_in_one_hand_off(thread_count, count, monkeypatch):
+    thread_count(count)
+    handoffs, share = [], threads.share
+
+    def counted_share(work, items):
+        items = list(items)
+        handoffs.append(len(items))
+        return share(work, items)
+    monkeypatch.setattr(split, "share", counted_share)
+    rng = np.random.default_rng(2)
+    a, b, c, d = (rng.standard_normal(s) for s in ((400, 300), (300, 60), (60, 400), (400, 300)))
+    small, bias = rng.standard_normal((2, 3)), rng.standard_normal(300)
+    products = cpu.matmuls((a, b), None, (c, d, bias), (small, b[:3]))
+    assert products[1] is None
+    for got, want in zip(products[::2] + products[3:], (a @ b, c @ d + bias, small @ b[:3])):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    assert handoffs == [2 * max(1, count // 2)]             # one hand-off; the small product runs where it is
+
+
+@cpu_only
 def test_for_each_piece_puts_pieces_back_together(thread_count):
     thread_count(2)
     x = np.arange(500.0).reshape(100, 5)

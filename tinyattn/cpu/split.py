@@ -57,23 +57,43 @@ def sum_over_parts(work, parts, new_totals):
 def matmul(a, b, bias=None):
     """a @ b (+ bias, added to every row) with a's rows (axis -2) shared among the threads, b whole; small products
     and GPU arrays as they are. Each thread adds the bias to its rows while they are still in cache."""
-    rows = a.shape[-2] if a.ndim >= 2 else 1
-    if (is_cupy_array(a) or a.ndim < 2 or b.ndim < 2 or rows < get_num_threads()
-            or math.prod(a.shape) * b.shape[-1] < MIN_SHARED_MATMUL):
-        out = a @ b
-        if bias is not None:
-            out += bias
-        return out
-    xp = xp_of(a)
-    out = xp.empty(xp.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (rows, b.shape[-1]),
-                   dtype=xp.result_type(a, b))
+    return matmuls((a, b, bias))[0]
+
+
+def _worth_sharing(a, b):
+    return not (is_cupy_array(a) or a.ndim < 2 or b.ndim < 2 or a.shape[-2] < get_num_threads()
+                or math.prod(a.shape) * b.shape[-1] < MIN_SHARED_MATMUL)
+
+
+def matmuls(*products):
+    """[a @ b (+ bias) for each (a, b) or (a, b, bias) in products] (None for a product given as None), all in one
+    hand-off to the threads: each shared product's rows are cut into (threads / products) slices, so two products on
+    two threads run whole, one on each thread (BLAS at full size, one wait instead of two). Small products and GPU
+    arrays run as they are."""
+    products = [None if p is None else (p[0], p[1], p[2] if len(p) > 2 else None) for p in products]
+    shared = {i for i, p in enumerate(products) if p is not None and _worth_sharing(p[0], p[1])}
+    slices_each = max(1, get_num_threads() // max(1, len(shared)))
+    outs, parts = [], []
+    for i, product in enumerate(products):
+        if product is None:
+            outs.append(None)
+        elif i in shared:                   # an empty result now, its slices filled by the threads below
+            a, b, bias = product
+            xp, rows = xp_of(a), a.shape[-2]
+            outs.append(xp.empty(xp.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (rows, b.shape[-1]),
+                                 dtype=xp.result_type(a, b)))
+            parts += [(a, b, bias, outs[i], part) for part in slices(rows, -(-rows // slices_each))]
+        else:
+            a, b, bias = product
+            outs.append(a @ b if bias is None else a @ b + bias)
 
     def product_rows(part):
-        xp.matmul(a[..., part, :], b, out=out[..., part, :])
+        a, b, bias, out, rows = part
+        xp_of(a).matmul(a[..., rows, :], b, out=out[..., rows, :])
         if bias is not None:
-            out[..., part, :] += bias
-    for_each_part(product_rows, one_slice_per_thread(rows))
-    return out
+            out[..., rows, :] += bias
+    for_each_part(product_rows, parts)
+    return outs
 
 
 def for_each_piece(fn, *arrays):

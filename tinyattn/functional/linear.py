@@ -40,9 +40,11 @@ class FastLinear(Function):
     def backward(ctx, grad):
         rows, weight = ctx.saved_tensors
         grad = _rows(grad)
-        grad_x = cpu.matmul(grad, weight).reshape(ctx.x_shape) if ctx.needs_input_grad[0] else None
-        grad_w = cpu.matmul(grad.T, rows) if ctx.needs_input_grad[1] else None
-        grad_b = cpu.leading_axes_sum(grad) if ctx.needs_input_grad[2] else None
+        need_x, need_w, need_b = ctx.needs_input_grad
+        grad_x, grad_w = cpu.matmuls((grad, weight) if need_x else None,          # dx = dy W and dW = dy^T x,
+                                     (grad.T, rows) if need_w else None)          # in one hand-off
+        grad_x = None if grad_x is None else grad_x.reshape(ctx.x_shape)
+        grad_b = cpu.leading_axes_sum(grad) if need_b else None
         return grad_x, grad_w, grad_b
 
 
