@@ -337,6 +337,27 @@ def test_learning_rate_schedules_follow_pytorchs_formulas():
     assert cycle[0] == 0.04 and max(cycle) == cycle[2] and cycle[-1] == pytest.approx(4e-6, rel=1e-3)
 
 
+def test_a_scheduler_resumed_from_its_state_dict_goes_on_where_it_stopped():
+    lr = optim.lr_scheduler
+
+    def make(o):
+        return lr.SequentialLR(o, [lr.LinearLR(o, 0.5, total_iters=2), lr.StepLR(o, 1, 0.5)], [2])
+    optimizer = optim.SGD([ta.ones(1, requires_grad=True)], lr=1.0)
+    scheduler = make(optimizer)
+    for _ in range(3):
+        optimizer.step()
+        scheduler.step()
+    resumed_optimizer = optim.SGD([ta.ones(1, requires_grad=True)], lr=1.0)
+    resumed = make(resumed_optimizer)
+    resumed.load_state_dict(scheduler.state_dict())
+    resumed_optimizer.load_state_dict(optimizer.state_dict())
+    for _ in range(2):
+        scheduler.step()
+        resumed.step()
+        assert resumed.get_last_lr() == scheduler.get_last_lr()
+    assert resumed.get_last_lr() == [0.125]
+
+
 def test_pytorch_paths_and_arguments_for_optimizers():
     w = ta.ones(3, requires_grad=True)
     optim.AdamW([w], fused=True, foreach=False)                       # accepted: one implementation here

@@ -113,6 +113,12 @@ class SequentialLR(LRScheduler):
     def state_dict(self):
         return {**super().state_dict(), "schedulers": [s.state_dict() for s in self.schedulers]}
 
+    def load_state_dict(self, state):
+        state = dict(state)
+        for scheduler, saved in zip(self.schedulers, state.pop("schedulers")):
+            scheduler.load_state_dict(saved)
+        super().load_state_dict(state)
+
 
 class OneCycleLR(LRScheduler):
     """The 1cycle policy (Smith & Topin): the learning rate rises from max_lr / div_factor to max_lr over the first
