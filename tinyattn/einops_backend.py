@@ -43,9 +43,8 @@ if AbstractBackend is not None:
                 for axis in sorted(axes, reverse=True):
                     x = getattr(ops, operation)(x, axis)[0]
                 return x
-            if operation == "prod":
-                return ops.exp(ops.sum(ops.log(x), axes))
-            raise NotImplementedError(f"einops reduction {operation!r} on tinyattn tensors")
+            raise NotImplementedError(f"einops reduction {operation!r} on tinyattn tensors (sum, mean, max and min "
+                                      "are supported)")
 
         def stack_on_zeroth_dimension(self, tensors):
             return ops.stack(tensors)
