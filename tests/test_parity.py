@@ -254,6 +254,23 @@ def test_loss_modules_match_their_functions():
     assert np.isfinite(F.binary_cross_entropy_with_logits(big, ta.tensor([0.0, 1.0])).item())
 
 
+def test_losses_take_pytorchs_arguments_in_pytorchs_order():
+    logits, target = randn(4, 5), ta.tensor([1, 0, 4, 2])
+    log_p = F.log_softmax(logits, dim=-1)
+    # third positional argument is weight in PyTorch: never read as ignore_index or reduction
+    for call in (lambda: F.cross_entropy(logits, target, ta.ones(5)), lambda: F.nll_loss(log_p, target, ta.ones(5)),
+                 lambda: nn.NLLLoss(ta.ones(5))(log_p, target), lambda: nn.CrossEntropyLoss(ta.ones(5))(logits, target)):
+        with pytest.raises(NotImplementedError, match="class weights"):
+            call()
+    with pytest.raises(NotImplementedError, match="reduction="):
+        F.mse_loss(logits, logits, False)                                 # size_average, deprecated
+    with pytest.raises(ValueError, match="'batchmean'"):
+        F.mse_loss(logits, logits, reduction="batchmean")                 # only kl_div has it
+    assert F.kl_div(log_p, log_p, None, None, "sum", True).item() == 0.0
+    assert F.nll_loss(log_p, target, None, None, 0, None, "sum").item() == \
+        pytest.approx(F.cross_entropy(logits, target, reduction="none").numpy()[[0, 2, 3]].sum())   # target 0 ignored
+
+
 def test_functional_extras():
     x = ta.arange(6.0).reshape(2, 3)
     assert F.pad(x, (1, 0)).tolist() == [[0, 0, 1, 2], [0, 3, 4, 5]]

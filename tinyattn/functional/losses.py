@@ -103,10 +103,22 @@ class FastCrossEntropy(Function):
 twins.register("cross_entropy", FastCrossEntropy, ReferenceCrossEntropy)
 
 
-def cross_entropy(input, target, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+def _refuse(caller, weight=None, size_average=None, reduce=None, reduction="mean", reductions=("mean", "sum", "none")):
+    """The arguments PyTorch's losses take (in PyTorch's order, so positional calls mean the same) that this one
+    does not: class weights, and size_average / reduce (deprecated in PyTorch for reduction)."""
+    if weight is not None:
+        raise NotImplementedError(f"{caller}: class weights are not supported")
+    if size_average is not None or reduce is not None:
+        raise NotImplementedError(f"{caller}: size_average and reduce are deprecated in PyTorch; pass "
+                                  f"reduction= one of {', '.join(map(repr, reductions))}")
+    if reduction not in reductions:
+        raise ValueError(f"{caller}: reduction must be one of {', '.join(map(repr, reductions))}, got {reduction!r}")
+
+
+def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
+                  label_smoothing=0.0):
     """PyTorch's F.cross_entropy for class-index targets: input (N, C) or (N, C, d1, ...), target (N, d1, ...)."""
-    if reduction not in ("mean", "sum", "none"):
-        raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    _refuse("cross_entropy", weight, size_average, reduce, reduction)
     target_data = as_array(target)
     if target_data.dtype.kind not in "iu":
         raise TypeError(f"cross_entropy needs integer class targets, got dtype {target_data.dtype}")
@@ -134,11 +146,10 @@ def _reduced(losses, reduction):
     return {"mean": ops.mean, "sum": ops.sum, "none": lambda x: x}[reduction](losses)
 
 
-def nll_loss(input, target, ignore_index=-100, reduction="mean", weight=None):
+def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean"):
     """-input[n, target[n]] for log-probabilities input (N, C), averaged over the rows whose target is not
     ignore_index, as F.nll_loss (no class weights here)."""
-    if weight is not None:
-        raise NotImplementedError("nll_loss: class weights are not supported")
+    _refuse("nll_loss", weight, size_average, reduce, reduction)
     target = as_array(target)
     xp = xp_of(target)
     valid = target != ignore_index
@@ -149,9 +160,10 @@ def nll_loss(input, target, ignore_index=-100, reduction="mean", weight=None):
     return _reduced(losses, reduction)
 
 
-def kl_div(input, target, reduction="mean", log_target=False):
+def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
     """sum of target * (log target - input), input being log-probabilities, as F.kl_div; reduction "batchmean"
     divides by the batch size (the KL divergence proper), "mean" by the number of elements (PyTorch's default)."""
+    _refuse("kl_div", None, size_average, reduce, reduction, ("mean", "batchmean", "sum", "none"))
     if log_target:
         pointwise = ops.exp(target) * (target - input)
     else:
@@ -161,9 +173,11 @@ def kl_div(input, target, reduction="mean", log_target=False):
     return _reduced(pointwise, reduction)
 
 
-def binary_cross_entropy_with_logits(input, target, weight=None, reduction="mean", pos_weight=None):
+def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None, reduction="mean",
+                                     pos_weight=None):
     """-[t log s(x) + (1 - t) log(1 - s(x))] from logits x, computed stably as max(x, 0) - x t + log(1 + exp(-|x|));
-    pos_weight multiplies the positive term, as in PyTorch."""
+    weight multiplies each element's loss and pos_weight the positive term, as in PyTorch."""
+    _refuse("binary_cross_entropy_with_logits", None, size_average, reduce, reduction)
     softplus_neg = ops.log(1 + ops.exp(-ops.abs(input))) + ops.relu(-input)     # log(1 + exp(-x))
     if pos_weight is None:
         losses = (1 - target) * input + softplus_neg
@@ -174,7 +188,8 @@ def binary_cross_entropy_with_logits(input, target, weight=None, reduction="mean
     return _reduced(losses, reduction)
 
 
-def mse_loss(input, target, reduction="mean"):
+def mse_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    _refuse("mse_loss", None, size_average, reduce, reduction)
     if tuple(input.shape) != tuple(target.shape):
         warnings.warn(f"mse_loss: a target of shape {tuple(target.shape)} that differs from the input's shape "
                       f"{tuple(input.shape)} broadcasts, which is likely not what you meant (PyTorch warns too)",

@@ -4,10 +4,10 @@ from .module import Module
 
 
 class _Loss(Module):
+    """Its options are checked by the function it calls (tinyattn.functional), on the first forward."""
+
     def __init__(self, reduction="mean"):
         super().__init__()
-        if reduction not in ("mean", "sum", "none", "batchmean"):
-            raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
         self.reduction = reduction
 
     def extra_repr(self):
@@ -17,12 +17,11 @@ class _Loss(Module):
 class CrossEntropyLoss(_Loss):
     def __init__(self, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
         super().__init__(reduction)
-        if weight is not None:
-            raise NotImplementedError("CrossEntropyLoss: class weights are not supported")
-        self.ignore_index, self.label_smoothing = ignore_index, label_smoothing
+        self.weight, self.ignore_index, self.label_smoothing = weight, ignore_index, label_smoothing
 
     def forward(self, input, target):
-        return F.cross_entropy(input, target, self.ignore_index, self.reduction, self.label_smoothing)
+        return F.cross_entropy(input, target, self.weight, ignore_index=self.ignore_index, reduction=self.reduction,
+                               label_smoothing=self.label_smoothing)
 
 
 class NLLLoss(_Loss):
@@ -31,12 +30,12 @@ class NLLLoss(_Loss):
         self.weight, self.ignore_index = weight, ignore_index
 
     def forward(self, input, target):
-        return F.nll_loss(input, target, self.ignore_index, self.reduction, self.weight)
+        return F.nll_loss(input, target, self.weight, ignore_index=self.ignore_index, reduction=self.reduction)
 
 
 class MSELoss(_Loss):
     def forward(self, input, target):
-        return F.mse_loss(input, target, self.reduction)
+        return F.mse_loss(input, target, reduction=self.reduction)
 
 
 class KLDivLoss(_Loss):
@@ -45,7 +44,7 @@ class KLDivLoss(_Loss):
         self.log_target = log_target
 
     def forward(self, input, target):
-        return F.kl_div(input, target, self.reduction, self.log_target)
+        return F.kl_div(input, target, reduction=self.reduction, log_target=self.log_target)
 
 
 class BCEWithLogitsLoss(_Loss):
@@ -54,4 +53,5 @@ class BCEWithLogitsLoss(_Loss):
         self.weight, self.pos_weight = weight, pos_weight
 
     def forward(self, input, target):
-        return F.binary_cross_entropy_with_logits(input, target, self.weight, self.reduction, self.pos_weight)
+        return F.binary_cross_entropy_with_logits(input, target, self.weight, reduction=self.reduction,
+                                                  pos_weight=self.pos_weight)
