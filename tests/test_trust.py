@@ -156,6 +156,50 @@ def test_in_place_ops_inside_a_graph_are_differentiable():
     assert ta.gradcheck(lambda x, w: _in_place_chain(x, w), (randn(3), randn(3, seed=2)))
 
 
+def test_an_in_place_change_leaves_the_gradient_of_earlier_uses_alone():
+    a = randn(3)
+    x = a * 1.0
+    y = x + 2.0                          # used x before the change: d/da 1
+    x.mul_(3.0)                          # x is now 3a: d/da 3
+    x.retain_grad()
+    (y.sum() + x.sum()).backward()
+    np.testing.assert_allclose(host(a.grad), np.full(3, 4.0))
+    np.testing.assert_allclose(host(x.grad), np.ones(3))              # the gradient of x's new value, once
+    b = randn(3, seed=1)
+    z = b * 2.0
+    z.retain_grad()                      # asked for before the change: kept for the new value
+    z.add_(1.0)
+    z.sum().backward()
+    np.testing.assert_allclose(host(z.grad), np.ones(3))
+
+
+def test_detach_counts_in_place_changes_with_its_tensor_as_pytorch():
+    y = randn(3).exp()                   # exp saves its output for backward
+    with ta.no_grad():
+        y.detach().mul_(5.0)
+    with pytest.raises(RuntimeError, match="modified by an in-place operation"):
+        y.sum().backward()
+    assert y.data._version == 0          # .data does not (PyTorch's documented difference)
+
+
+def test_set_grad_enabled_as_a_decorator_returns_to_the_callers_mode():
+    @ta.set_grad_enabled(True)
+    def recording():
+        return ta.is_grad_enabled()
+    assert ta.is_grad_enabled()
+    with ta.no_grad():
+        assert recording() and not ta.is_grad_enabled()
+    assert ta.is_grad_enabled()
+
+
+def test_argmin_and_descending_sorts_work_on_unsigned_and_bool_values():
+    small = ta.tensor(np.array([3, 0, 250, 0], dtype=np.uint8))
+    assert ta.argmin(small).item() == 1 and ta.argmax(small).item() == 2
+    assert small.argsort(descending=True).tolist() == [2, 0, 1, 3]    # ties keep their order
+    assert ta.argsort(ta.tensor([True, False, True]), descending=True).tolist() == [0, 2, 1]
+    assert ta.sort(ta.tensor([1.0, 3.0, 1.0]), descending=True).indices.tolist() == [1, 0, 2]
+
+
 def _in_place_chain(x, w):
     h = x * 1.0
     h.mul_(w).add_(x).clamp_(-1.0, 1.0)

@@ -9,6 +9,7 @@ attached by ``tinyattn.ops``.
 """
 import contextlib
 import threading
+import weakref
 
 from . import backend, printing
 
@@ -52,7 +53,7 @@ def inference_mode(mode=True):
     return _GradMode(not mode)
 
 
-class set_grad_enabled(contextlib.ContextDecorator):
+class set_grad_enabled:
     """set_grad_enabled(False) switches recording off in this thread at once; used with `with` (or as a decorator)
     it also switches it back afterwards, as torch.set_grad_enabled."""
 
@@ -61,9 +62,10 @@ class set_grad_enabled(contextlib.ContextDecorator):
         _grad_modes()[-1] = bool(mode)
         self.mode = bool(mode)
 
-    def __call__(self, function):          # as a decorator: the switch happens at each call, not now
+    def __call__(self, function):
+        """As a decorator: nothing switches now; each call runs in the mode and then returns to the caller's."""
         _grad_modes()[-1] = self.previous
-        return super().__call__(function)
+        return _GradMode(self.mode)(function)
 
     def __enter__(self):
         _grad_modes()[-1] = self.mode
@@ -90,26 +92,31 @@ class Context:
 class Node:
     """One recorded Function call: the backward step that leads from its output to its inputs."""
 
-    __slots__ = ("function", "ctx", "inputs", "saved_versions", "output_shape", "output_dtype")
+    __slots__ = ("function", "ctx", "inputs", "edges", "saved_versions", "output_shape", "output_dtype", "retained")
 
     def __init__(self, function, ctx, inputs, saved_versions, output):
         self.function = function
         self.ctx = ctx
         self.inputs = inputs  # a Tensor or None per positional argument of forward
+        # Where each input's gradient goes: the node that made the input, as it was at this call, or the input
+        # itself for a leaf (None: no gradient wanted). An in-place change made later gives the tensor a new node;
+        # this call used the old value, so its gradient must still go to the old node.
+        self.edges = tuple(None if t is None or not t.requires_grad else t._node or t for t in inputs)
         self.saved_versions = saved_versions  # (version counter, its value then, input index) per saved array
         self.output_shape, self.output_dtype = output.shape, output.dtype  # what the call made, for a picture
+        self.retained = None  # a weak reference to the tensor that keeps this node's gradient (retain_grad)
 
     def input_gradients(self, grad):
-        """(input, its gradient) for every input that wants one, each reduced to that input's shape and dtype."""
+        """(edge, gradient) for every input that wants one, each reduced to that input's shape and dtype."""
         self._check_saved_arrays()
         grads = self.function.backward(self.ctx, grad)
         grads = grads if isinstance(grads, tuple) else (grads,)
         if len(grads) != len(self.inputs):
             raise RuntimeError(f"{self.function.__name__}.backward returned {len(grads)} gradients "
                                f"for {len(self.inputs)} inputs")
-        return [(parent, _sum_to_shape(parent_grad, parent, i, self))
-                for i, (parent, parent_grad) in enumerate(zip(self.inputs, grads))
-                if parent is not None and parent_grad is not None and parent.requires_grad]
+        return [(edge, _sum_to_shape(parent_grad, self.inputs[i], i, self))
+                for i, (edge, parent_grad) in enumerate(zip(self.edges, grads))
+                if edge is not None and parent_grad is not None]
 
     def _check_saved_arrays(self):
         if self.ctx is None:
@@ -135,8 +142,8 @@ class Node:
     def next_functions(self):
         """(node, 0) for each input, as PyTorch's: the input's own node, an AccumulateGrad for a leaf that requires
         grad (where its .grad is filled in), None for an input that needs no gradient."""
-        return tuple((t._node or AccumulateGrad(t) if t.requires_grad else None, 0)
-                     for t in self.inputs if t is not None)
+        return tuple((None if edge is None else edge if isinstance(edge, Node) else AccumulateGrad(edge), 0)
+                     for t, edge in zip(self.inputs, self.edges) if t is not None)
 
     def __repr__(self):
         return f"<{self.name()} object>"
@@ -170,7 +177,6 @@ class Tensor:
         self.array = data
         self.grad = None
         self._node = None
-        self._retains_grad = False
         self._versions = [0]     # how often its memory was changed in place; shared with the tensors viewing it
         self.requires_grad = requires_grad
 
@@ -290,43 +296,59 @@ class Tensor:
         return backend.to_host(self.array).tolist()
 
     def detach(self):
-        """The same data, cut from the graph."""
-        return Tensor(self.array)
+        """The same data, cut from the graph. Unlike .data it counts in-place changes with this tensor, as in
+        PyTorch: changing it in place makes a backward that saved this tensor raise."""
+        detached = Tensor(self.array)
+        detached._versions = self._versions
+        return detached
 
     def retain_grad(self):
         """Keep .grad on this non-leaf tensor after backward (leaves always keep theirs)."""
-        self._retains_grad = True
+        if self._node is not None:
+            self._node.retained = weakref.ref(self)
         return self
+
+    def _take_history(self, node):
+        """Become the output of node (an in-place change): later uses of this tensor lead back through node, and
+        .grad is still kept if retain_grad() asked for it."""
+        if self._node is not None and self._node.retained is not None:
+            node.retained, self._node.retained = self._node.retained, None
+        self._node = node
 
     # -- the backward walk --------------------------------------------------------------------
     def backward(self, gradient=None, retain_graph=False, create_graph=False, inputs=None):
         """Accumulate d(self)/d(leaf) into the .grad of every leaf that requires grad, or, given inputs (tensors),
         into theirs alone, as PyTorch's inputs= does.
 
-        Each tensor that leads here is visited once, after every tensor that uses it (topological order), so its
-        gradient is complete when its node passes it on to the node's inputs.
+        The walk goes through nodes (recorded calls) and ends at leaf tensors. Each node that leads here is
+        visited once, after every node that uses its output (topological order), so its gradient is complete when
+        it passes it on to its inputs.
         """
         if create_graph:
             raise NotImplementedError("create_graph=True (gradients of gradients) is not supported: backward "
                                       "functions run on raw arrays, outside the graph")
-        only = None if inputs is None else {id(t) for t in ((inputs,) if isinstance(inputs, Tensor) else inputs)}
-        pending = {id(self): _output_gradient(self, gradient)}  # gradients not yet passed on, by tensor
-        for tensor in reversed(_topological_order(self)):
-            grad = pending.pop(id(tensor), None)
+        only = None if inputs is None else {id(t._node or t): t
+                                            for t in ((inputs,) if isinstance(inputs, Tensor) else inputs)}
+        start = self._node or self
+        pending = {id(start): _output_gradient(self, gradient)}  # gradients not yet passed on, by node or leaf
+        for step in reversed(_topological_order(start)):
+            grad = pending.pop(id(step), None)
             if grad is None:
                 continue
+            is_leaf = isinstance(step, Tensor)
+            keeper = step if is_leaf else step.retained and step.retained()   # the tensor whose .grad this is
             if only is not None:
-                if id(tensor) in only:
-                    tensor._accumulate_grad(grad)
-            elif tensor.is_leaf or tensor._retains_grad:
-                tensor._accumulate_grad(grad)
-            if tensor.is_leaf:
+                if id(step) in only:
+                    only[id(step)]._accumulate_grad(grad)
+            elif keeper is not None:
+                keeper._accumulate_grad(grad)
+            if is_leaf:
                 continue
-            for parent, parent_grad in tensor._node.input_gradients(grad):
+            for edge, edge_grad in step.input_gradients(grad):
                 # Out of place: a backward may hand the same array to several inputs.
-                pending[id(parent)] = parent_grad if id(parent) not in pending else pending[id(parent)] + parent_grad
+                pending[id(edge)] = edge_grad if id(edge) not in pending else pending[id(edge)] + edge_grad
             if not retain_graph:
-                tensor._node.release()
+                step.release()
 
     def _accumulate_grad(self, grad):
         if self.grad is None:
@@ -351,23 +373,22 @@ def _output_gradient(output, gradient):
 
 
 def _topological_order(root):
-    """Tensors that lead to root, each after all of its inputs (iterative depth-first search)."""
+    """The nodes and leaf tensors that lead to root (a node or a leaf), each after all of its edges (iterative
+    depth-first search)."""
     order, expanded = [], set()
     stack = [(root, False)]
     while stack:
-        tensor, inputs_done = stack.pop()
-        if inputs_done:
-            order.append(tensor)
+        step, edges_done = stack.pop()
+        if edges_done:
+            order.append(step)
             continue
-        # Mark on expansion, not on push: a tensor reached again later must still finish before its consumers.
-        if id(tensor) in expanded:
+        # Mark on expansion, not on push: a step reached again later must still finish before its consumers.
+        if id(step) in expanded:
             continue
-        expanded.add(id(tensor))
-        stack.append((tensor, True))
-        if tensor._node is not None:
-            for parent in tensor._node.inputs:
-                if parent is not None and parent.requires_grad and id(parent) not in expanded:
-                    stack.append((parent, False))
+        expanded.add(id(step))
+        stack.append((step, True))
+        if isinstance(step, Node):
+            stack.extend((edge, False) for edge in step.edges if edge is not None and id(edge) not in expanded)
     return order
 
 

@@ -33,7 +33,8 @@ def change_in_place(x, compute, *others):
             new = compute(x, *others)
     write(x, new.array)
     if takes_grad:
-        x._node, x.requires_grad = new._node, new.requires_grad
+        x._take_history(new._node)
+        x.requires_grad = new.requires_grad
     return x
 
 

@@ -222,14 +222,19 @@ def min(x, dim=None, keepdim=False):
     return _extreme(x, dim, keepdim, largest=False)
 
 
-def argmax(x, dim=None, keepdim=False):
+def _arg(pick, x, dim, keepdim):
+    """The index pick (argmax or argmin) finds, over all of x or along dim."""
     xp = xp_of(x.array)
     if dim is None:
-        return Tensor(xp.argmax(x.array))
+        return Tensor(getattr(xp, pick)(x.array))
     dim = dim_index(dim, x.ndim)
-    out = xp.argmax(x.array, axis=dim)
+    out = getattr(xp, pick)(x.array, axis=dim)
     return Tensor(xp.expand_dims(out, dim) if keepdim else out)
 
 
+def argmax(x, dim=None, keepdim=False):
+    return _arg("argmax", x, dim, keepdim)
+
+
 def argmin(x, dim=None, keepdim=False):
-    return argmax(-x.detach(), dim, keepdim)
+    return _arg("argmin", x, dim, keepdim)

@@ -14,7 +14,11 @@ def argsort(x, dim=-1, descending=False, stable=True):
     """Indices that sort x along dim (ties keep their order: a stable sort)."""
     dim = dim_index(dim, x.ndim)
     xp = xp_of(x.array)
-    order = xp.argsort(-x.array if descending else x.array, axis=dim, kind="stable" if stable else None)
+    kind = "stable" if stable else None
+    if descending:     # sort x reversed, then reverse the order: ties stay first-come, and no -x (bool, uint8)
+        order = x.shape[dim] - 1 - xp.flip(xp.argsort(xp.flip(x.array, dim), axis=dim, kind=kind), dim)
+    else:
+        order = xp.argsort(x.array, axis=dim, kind=kind)
     return Tensor(order.astype("int64"))
 
 
