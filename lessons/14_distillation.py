@@ -75,7 +75,7 @@ def fit(model, loss_fn, epochs, lr, seed, label, augment=True):
 # %%
 ta.manual_seed(args.seed)
 teacher = models.SmallCNN(models.CNNConfig(width=32))
-teacher_seconds = fit(teacher, lambda x, y: F.cross_entropy(teacher(x), y), epochs, 1e-2, seed=0,
+teacher_seconds = fit(teacher, lambda x, y: F.cross_entropy(teacher(x), y), epochs, 1e-2, seed=args.seed,
                       label="CNN teacher", augment=False)
 teacher.eval()
 teacher_acc = accuracy(teacher)

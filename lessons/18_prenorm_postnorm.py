@@ -64,13 +64,15 @@ def train(n_layer, prenorm, seed=0, warmup_steps=0):
 
 
 runs = {}                        # (layers, prenorm, seed, warm-up) -> run
-for seed in [args.seed + i for i in range(1 if args.quick else 2)]:
+seeds = [args.seed + i for i in range(1 if args.quick else 2)]
+first = seeds[0]                 # the warm-up and 2-layer runs, the gradients and the plot use the first seed
+for seed in seeds:
     for prenorm in (True, False):
         runs[(12, prenorm, seed, False)] = train(12, prenorm, seed)
 for prenorm in (True, False):
-    runs[(12, prenorm, 0, True)] = train(12, prenorm, 0, warmup)
+    runs[(12, prenorm, first, True)] = train(12, prenorm, first, warmup)
 for prenorm in (True, False):
-    runs[(2, prenorm, 0, False)] = train(2, prenorm, 0)
+    runs[(2, prenorm, first, False)] = train(2, prenorm, first)
 
 # %%
 def name(key):
@@ -85,17 +87,17 @@ print(f"{'run':45} {'last ' + str(tail) + ' steps':>14} {'validation':>11} {'sec
 for key, run in runs.items():
     print(f"{name(key):45} {np.mean(run['losses'][-tail:]):14.3f} {run['val']:11.3f} {run['seconds']:8.1f}")
 
-pre = [runs[(12, True, s, False)]["val"] for s in ((0,) if args.quick else (0, 1))]
-post = [runs[(12, False, s, False)]["val"] for s in ((0,) if args.quick else (0, 1))]
+pre = [runs[(12, True, s, False)]["val"] for s in seeds]
+post = [runs[(12, False, s, False)]["val"] for s in seeds]
 print(f"12 layers, no warm-up: pre-norm {' '.join(f'{v:.3f}' for v in pre)}, post-norm "
       f"{' '.join(f'{v:.3f}' for v in post)} (validation, per seed); post-norm ends "
       f"{np.mean(post) - unigram:+.3f} nats from the unigram loss, pre-norm {np.mean(pre) - unigram:+.3f}")
 spread = max(max(pre) - min(pre), max(post) - min(post))
 print(f"12 layers, no warm-up: post-norm ends {np.mean(post) - np.mean(pre):+.3f} nats against pre-norm (means over "
       f"seeds); the seeds of one setting differ by up to {spread:.3f}")
-print(f"with a {warmup}-step warm-up: pre-norm {runs[(12, True, 0, True)]['val']:.3f}, post-norm "
-      f"{runs[(12, False, 0, True)]['val']:.3f}; at 2 layers without: pre-norm {runs[(2, True, 0, False)]['val']:.3f}, "
-      f"post-norm {runs[(2, False, 0, False)]['val']:.3f}")
+print(f"with a {warmup}-step warm-up: pre-norm {runs[(12, True, first, True)]['val']:.3f}, post-norm "
+      f"{runs[(12, False, first, True)]['val']:.3f}; at 2 layers without: pre-norm "
+      f"{runs[(2, True, first, False)]['val']:.3f}, post-norm {runs[(2, False, first, False)]['val']:.3f}")
 
 # %% [markdown]
 # ## The gradients at the first step
@@ -104,7 +106,7 @@ print(f"with a {warmup}-step warm-up: pre-norm {runs[(12, True, 0, True)]['val']
 
 # %%
 for prenorm in (True, False):
-    grads = runs[(12, prenorm, 0, False)]["first_grads"]
+    grads = runs[(12, prenorm, first, False)]["first_grads"]
     print(f"{'pre' if prenorm else 'post'}-norm: " + " ".join(f"{g:.2f}" for g in grads)
           + f"   (bottom / top = {grads[0] / grads[-1]:.1f})")
 
@@ -115,7 +117,7 @@ styles = {(12, True): ("tab:blue", "-"), (12, False): ("tab:red", "-"), (2, True
           (2, False): ("tab:red", ":")}
 for key, run in runs.items():
     layers, prenorm, seed, warm = key
-    if seed:
+    if seed != first:
         continue
     colour, style = styles[(layers, prenorm)]
     ax.plot(smooth(run["losses"]), color=colour, linestyle="--" if warm else style, label=name(key)[:-8])
@@ -129,7 +131,8 @@ viz.save(fig, plot_path(args, "18_prenorm_postnorm.png"))
 
 # %%
 report(prenorm_deep_final_loss=float(np.mean(pre)), postnorm_deep_final_loss=float(np.mean(post)),
-       unigram_loss=unigram, prenorm_deep_warmup_loss=runs[(12, True, 0, True)]["val"],
-       postnorm_deep_warmup_loss=runs[(12, False, 0, True)]["val"],
-       prenorm_shallow_loss=runs[(2, True, 0, False)]["val"], postnorm_shallow_loss=runs[(2, False, 0, False)]["val"],
+       unigram_loss=unigram, prenorm_deep_warmup_loss=runs[(12, True, first, True)]["val"],
+       postnorm_deep_warmup_loss=runs[(12, False, first, True)]["val"],
+       prenorm_shallow_loss=runs[(2, True, first, False)]["val"],
+       postnorm_shallow_loss=runs[(2, False, first, False)]["val"],
        loss_unit="validation nats/char", seeds=len(pre))
