@@ -156,7 +156,8 @@ time_ratio = measured["flash"][largest]["median_s"] / measured["naive"][largest]
 for n in sizes:
     print(f"N={n:5d}  naive {measured['naive'][n]['traced_peak_mib']:7.1f} MiB {measured['naive'][n]['median_s']:6.2f} s"
           f"   flash {measured['flash'][n]['traced_peak_mib']:6.1f} MiB {measured['flash'][n]['median_s']:6.2f} s")
-print(f"at N={largest}: flash uses {memory_ratio:.3f}x the naive path's extra memory and {time_ratio:.2f}x its time")
+print(f"at N={largest}: flash uses {memory_ratio:.3f}x the naive path's traced peak memory and {time_ratio:.2f}x its "
+      "time")
 if not args.quick:                      # at the quick run's small N the naive path can win
     expect_speedup(f"flash attention against naive at N={largest}", 1 / time_ratio, 1)
 

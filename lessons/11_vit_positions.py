@@ -7,8 +7,9 @@
 # position information and with three ways of adding it; the course notes list them: none, learned 1-D (the paper's
 # default), learned 2-D (half the channels for the row, half for the column) and relative. The paper found that
 # leaving positions out costs some accuracy and that the way of adding them matters little. We replay that ablation
-# on digits, then cut the same digits into smaller patches to see when a bag of patches stops being enough. With the original Transformer's fixed sinusoids (in reading order, and the 2-D sin-cos of later ViTs) beside
-# the learned ones:
+# on digits, with the original Transformer's fixed sinusoids (in reading order, and the 2-D sin-cos of later ViTs)
+# beside the learned ones, then cut the same digits into smaller patches to see when a bag of patches stops being
+# enough:
 #
 # | scheme | what tells a token where it sits (g x g patches, width D, H heads) | learned numbers |
 # |---|---|---|

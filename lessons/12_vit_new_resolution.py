@@ -126,7 +126,8 @@ viz.save(viz.bars({f"{side}x{side}": [results[side][w] for w in ways] for side i
 
 # %% [markdown]
 # Read the table: without interpolation the patches get positions that mean nothing at the new size, and a model
-# that learned to read digits through its positions fails (lesson 11 measured how much this ViT leans on them).
+# that learned to read digits through its positions fails (lesson 11's 4x4 grid of small patches, this same
+# configuration, measured how much it leans on them).
 # Interpolated, each patch is told roughly where in the digit it sits. How well the 16x16 weights then read a larger
 # image depends on how far the patches' contents moved from training: at 24x24 a 4x4 patch holds 1.3 x 1.3 of the
 # digit's original pixels instead of 2 x 2, at 32x32 only 1 x 1. The notes' warning that a large change of length

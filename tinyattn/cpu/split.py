@@ -1,7 +1,9 @@
 """How tinyattn's fast Functions cut their work into parts for the threads (threads.py), and into pieces that fit
 in a core's cache. A fast Function hands a pure function of one part to these helpers; the cutting stays here.
 
-On the GPU (CuPy arrays) every helper runs the work whole, in the calling thread: the GPU has its own parallelism.
+On the GPU (CuPy arrays) the helpers that cut arrays (matmul, matmuls, for_each_piece, attention_parts) leave them
+whole, in the calling thread: the GPU has its own parallelism. for_each_part and sum_over_parts deal out whatever
+parts they are given.
 """
 import math
 
