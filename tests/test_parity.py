@@ -375,6 +375,21 @@ def test_a_scheduler_resumed_from_its_state_dict_goes_on_where_it_stopped():
     assert resumed.get_last_lr() == [0.125]
 
 
+def test_sgd_takes_pytorchs_arguments_in_pytorchs_order():
+    def after_two_steps(*args, **kwargs):
+        w = ta.ones(1, requires_grad=True)
+        optimizer = optim.SGD([w], *args, **kwargs)
+        for _ in range(2):
+            w.grad = ta.ones(1)
+            optimizer.step()
+        return round(w.item(), 6)
+    # momentum 0.9, dampening 0.5 (fourth, as in PyTorch): buffer 1, then 0.9 + 0.5 = 1.4
+    assert after_two_steps(0.1, 0.9, 0.5) == 1 - 0.1 - 0.14
+    assert after_two_steps(0.1, maximize=True) == 1.2
+    with pytest.raises(ValueError, match="zero dampening"):
+        optim.SGD([ta.ones(1, requires_grad=True)], 0.1, 0.9, 0.5, nesterov=True)
+
+
 def test_pytorch_paths_and_arguments_for_optimizers():
     w = ta.ones(3, requires_grad=True)
     optim.AdamW([w], fused=True, foreach=False)                       # accepted: one implementation here
