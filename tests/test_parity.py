@@ -23,8 +23,20 @@ def test_devices_compare_with_strings_and_each_other():
     assert ta.zeros(2, device=ta.device("cpu")).device == "cpu"
     assert ta.cuda.is_available() == ta.cuda_is_available()
     assert ta.cuda.device_count() in (0, 1)
-    ta.cuda.manual_seed(3)
     ta.cuda.synchronize()
+
+
+def test_cuda_manual_seed_leaves_the_cpu_generator_alone():
+    ta.manual_seed(0)
+    first = ta.rand(3, device="cpu").tolist()
+    ta.manual_seed(0)
+    ta.cuda.manual_seed(123)
+    assert ta.rand(3, device="cpu").tolist() == first
+    if ta.cuda.is_available():
+        ta.cuda.manual_seed(7)
+        gpu = ta.rand(3, device="cuda").tolist()
+        ta.cuda.manual_seed(7)
+        assert ta.rand(3, device="cuda").tolist() == gpu
 
 
 def test_dtype_names_and_legacy_constructors():

@@ -146,11 +146,15 @@ def broadcast_shapes(*shapes):
     return numpy.broadcast_shapes(*shapes)
 
 
-def manual_seed(seed):
-    """Seed every device's generator; CPU runs are then reproducible."""
+def manual_seed(seed, device=None):
+    """Seed every device's generator (CPU runs are then reproducible), or only the given device's."""
     global _seed
-    _seed = int(seed)
-    _generators.clear()
+    if device is None:
+        _seed = int(seed)
+        _generators.clear()
+    else:
+        device = check_device(device)
+        _generators[device] = xp_for(device).random.default_rng(int(seed))
 
 
 def generator(device):

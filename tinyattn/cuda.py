@@ -24,8 +24,10 @@ def get_device_name(device=None):
 
 
 def manual_seed(seed):
-    """Seed the GPU's generator (tinyattn.manual_seed seeds every device's)."""
-    backend.manual_seed(seed)
+    """Seed the GPU's generator only, as torch.cuda.manual_seed (tinyattn.manual_seed seeds every device's); without
+    a GPU it does nothing, as PyTorch's."""
+    if is_available():
+        backend.manual_seed(seed, "cuda")
 
 
 manual_seed_all = manual_seed
