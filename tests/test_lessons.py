@@ -74,7 +74,7 @@ def test_seed_and_first_line(tmp_path):
     result = {seed: r.stdout.rstrip().splitlines()[-1] for seed, r in runs.items()}
     assert again.stdout.rstrip().splitlines()[-1] == result[1] != result[2]
     first = runs[1].stdout.splitlines()[0]
-    for word in ("tinyattn", "NumPy", "threads", "device", "seed 1", "quick"):
+    for word in ("tinyattn", "NumPy", "loops", "kernel", "threads", "device", "seed 1", "quick"):
         assert word in first, first
 
 

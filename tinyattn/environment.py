@@ -53,10 +53,9 @@ def numpy_simd():
     return [target for target in umath.__cpu_dispatch__ if umath.__cpu_features__.get(target)]
 
 
-def blas_note(described=None):
+def blas_note(described):
     """A sentence when OPENBLAS_CORETYPE holds NumPy's OpenBLAS to kernels narrower than the CPU's vectors."""
-    d = described or describe()
-    b = d["blas"]
+    d, b = described, described["blas"]
     if d["isa"] == "AVX-512" and b.get("name") == "openblas" and b.get("kernel") in _WITHOUT_AVX512 \
             and d["openblas_coretype"]:
         return (f"note: OPENBLAS_CORETYPE={d['openblas_coretype']} in the environment holds NumPy's OpenBLAS to its "
@@ -76,9 +75,9 @@ def describe(device=None):
             "npy_disable_cpu_features": os.environ.get("NPY_DISABLE_CPU_FEATURES")}
 
 
-def line(described=None):
+def line(described):
     """One line of it, for the top of a lesson's output."""
-    d = described or describe()
-    b = d["blas"]
-    return (f"tinyattn {d['tinyattn']} · NumPy {d['numpy']} · {b.get('name')} {b.get('version')} "
+    d, b = described, described["blas"]
+    simd = d["numpy_simd"][-1] if d["numpy_simd"] else "baseline"
+    return (f"tinyattn {d['tinyattn']} · NumPy {d['numpy']} ({simd} loops) · {b.get('name')} {b.get('version')} "
             f"({b.get('kernel')} kernel) · {d['cpu']} ({d['isa']}) · {d['threads']} threads · device {d['device']}")
