@@ -36,9 +36,8 @@ def accuracy(model, rows):
     return float((logits.numpy().argmax(-1) == data.labels[rows]).mean())
 
 
-def fit(model, name, loss_fn=None, lr=2e-3, epochs=epochs):
+def fit(model, name, lr=2e-3, epochs=epochs):
     """AdamW with warm-up and cosine decay over `epochs`; returns test accuracy, validation curve, seconds."""
-    loss_fn = loss_fn or (lambda images, labels: F.cross_entropy(model(images), labels))
     optimizer = optim.AdamW(model.parameters(), lr=lr, weight_decay=0.05)
     total = epochs * -(-len(train) // 64)
     schedule = optim.LambdaLR(optimizer, optim.warmup_cosine(total // 10, total))
@@ -47,7 +46,7 @@ def fit(model, name, loss_fn=None, lr=2e-3, epochs=epochs):
     for _ in progress(range(epochs), desc=name):
         for idx in batches(len(train), 64, rng):
             rows = train[idx]
-            loss = loss_fn(ta.tensor(data.images[rows]), ta.tensor(data.labels[rows]))
+            loss = F.cross_entropy(model(ta.tensor(data.images[rows])), ta.tensor(data.labels[rows]))
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()

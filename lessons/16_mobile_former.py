@@ -28,7 +28,7 @@ from tinyattn.lesson import options, plot_path, progress, report
 
 args = options(__doc__)
 data = DigitCanvases(canvas=16, scale=2, jitter=False)
-train, val, test = data.split["train"], data.split["val"], data.split["test"]
+train, test = data.split["train"], data.split["test"]
 epochs, lr = (1, 1e-2) if args.quick else (15, 1e-2)
 seeds = [args.seed + i for i in range(1 if args.quick else 3)]
 if args.quick:

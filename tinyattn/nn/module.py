@@ -185,22 +185,22 @@ class Module:
         """Move (and/or cast) every parameter and buffer in place: module.to("cuda"), module.to("float64")."""
         dtype, device = to_args(args, dtype, device)
 
-        def convert(array, floating_only):
+        def convert(array):                 # dtype changes floating arrays only, as PyTorch's
             if device is not None:
                 array = backend.to_device(array, device)
-            if dtype is not None and (array.dtype.kind == "f" or not floating_only):
+            if dtype is not None and array.dtype.kind == "f":
                 array = array.astype(dtype)
             return array
 
         for module in self.modules():
             for p in module._parameters.values():
                 if p is not None:
-                    p.array = convert(p.array, True)
+                    p.array = convert(p.array)
                     if p.grad is not None:
-                        p.grad.array = convert(p.grad.array, True)
+                        p.grad.array = convert(p.grad.array)
             for name, b in module._buffers.items():
                 if b is not None:
-                    module._buffers[name] = Tensor(convert(b.array, True))
+                    module._buffers[name] = Tensor(convert(b.array))
         return self
 
     def double(self):
