@@ -48,10 +48,16 @@ def embedding(input, weight, padding_idx=None):
     if ids.dtype.kind not in "iu":
         raise TypeError(f"embedding needs integer ids, got dtype {ids.dtype}")
     rows = weight.shape[0]
-    if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= rows):
-        bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
-        raise IndexError(f"embedding: id {bad} is out of range for a table of {rows} rows (ids 0..{rows - 1})")
+    low, high = _id_range(ids)
+    if low < 0 or high >= rows:
+        raise IndexError(f"embedding: id {low if low < 0 else high} is out of range for a table of {rows} rows "
+                         f"(ids 0..{rows - 1})")
     return twins.implementation("embedding").apply(ids, weight, padding_idx)
+
+
+def _id_range(ids):
+    """The smallest and largest id, read once (each read of a GPU array waits for the GPU); (0, -1) when empty."""
+    return (int(ids.min()), int(ids.max())) if ids.size else (0, -1)
 
 
 def one_hot(tensor, num_classes=-1):
@@ -60,8 +66,9 @@ def one_hot(tensor, num_classes=-1):
     if ids.dtype.kind not in "iu":
         raise TypeError(f"one_hot needs integer ids, got dtype {ids.dtype}")
     xp = xp_of(ids)
+    low, high = _id_range(ids)
     if num_classes < 0:
-        num_classes = int(ids.max()) + 1 if ids.size else 0
-    if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= num_classes):
+        num_classes = high + 1
+    if low < 0 or high >= num_classes:
         raise RuntimeError(f"one_hot: ids must lie in 0..{num_classes - 1}")
     return Tensor((ids[..., None] == xp.arange(num_classes)).astype("int64"))

@@ -175,7 +175,10 @@ class FastFlashAttention(Function):
         xp = xp_of(grad)
         grad = grad.reshape(out.shape)
         delta = (grad * out).sum(axis=-1, keepdims=True)                 # D = rowsum(dO * O)
-        q_aug = _appended(xp.broadcast_to(q * scale, out.shape[:-1] + q.shape[-1:]), -lse, axis=-1)
+        q_aug = xp.empty(out.shape[:-1] + (q.shape[-1] + 1,), dtype=q.dtype)     # [q * scale, -lse], filled in place
+        q_aug[..., :-1] = q
+        q_aug[..., :-1] *= scale
+        q_aug[..., -1:] = -lse
         grad_aug = _appended(grad, -delta, axis=-1)
         q_scaled = q_aug[..., :-1]
         # One slot per query head (k and v are broadcast over the group axis), summed over each group at the end.
