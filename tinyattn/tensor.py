@@ -101,7 +101,7 @@ class Node:
         # Where each input's gradient goes: the node that made the input, as it was at this call, or the input
         # itself for a leaf (None: no gradient wanted). An in-place change made later gives the tensor a new node;
         # this call used the old value, so its gradient must still go to the old node.
-        self.edges = tuple(None if t is None or not t.requires_grad else t._node or t for t in inputs)
+        self.edges = [None if t is None or not t._requires_grad else t._node or t for t in inputs]
         self.saved_versions = saved_versions  # (version counter, its value then, input index) per saved array
         self.output_shape, self.output_dtype = output.shape, output.dtype  # what the call made, for a picture
         self.retained = None  # a weak reference to the tensor that keeps this node's gradient (retain_grad)
@@ -335,7 +335,7 @@ class Tensor:
             grad = pending.pop(id(step), None)
             if grad is None:
                 continue
-            is_leaf = isinstance(step, Tensor)
+            is_leaf = type(step) is not Node
             keeper = step if is_leaf else step.retained and step.retained()   # the tensor whose .grad this is
             if only is not None:
                 if id(step) in only:
@@ -387,8 +387,8 @@ def _topological_order(root):
             continue
         expanded.add(id(step))
         stack.append((step, True))
-        if isinstance(step, Node):
-            stack.extend((edge, False) for edge in step.edges if edge is not None and id(edge) not in expanded)
+        if type(step) is Node:
+            stack += [(edge, False) for edge in step.edges if edge is not None and id(edge) not in expanded]
     return order
 
 
