@@ -18,7 +18,7 @@ import numpy as np
 import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import models, optim, viz
-from tinyattn.data import DigitCanvases, batches
+from tinyattn.data import DigitCanvases, batches, random_shifts
 from tinyattn.lesson import options, plot_path, progress, report
 
 args = options(__doc__)                 # also seeds tinyattn's generator: --seed N
@@ -44,13 +44,6 @@ print(f"{model.num_parameters():,} parameters, {model.patch_embed.num_patches} p
 # (`python -m lessons check label_smoothing`).
 
 # %%
-def shifted(images, rng):
-    out = np.zeros_like(images)
-    for i, (dy, dx) in enumerate(rng.integers(-2, 3, size=(len(images), 2))):
-        out[i] = np.roll(images[i], (dy, dx), axis=(1, 2))
-    return out
-
-
 def accuracy(model, rows, batch=256):
     model.eval()
     with ta.no_grad():
@@ -70,7 +63,7 @@ history = []
 for epoch in (bar := progress(range(epochs), desc="epochs")):
     for idx in batches(len(train), batch_size, rng):
         rows = train[idx]
-        loss = F.cross_entropy(model(ta.tensor(shifted(data.images[rows], rng))), ta.tensor(data.labels[rows]),
+        loss = F.cross_entropy(model(ta.tensor(random_shifts(data.images[rows], rng))), ta.tensor(data.labels[rows]),
                                label_smoothing=0.1)
         optimizer.zero_grad()
         loss.backward()

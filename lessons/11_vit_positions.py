@@ -28,7 +28,7 @@ import numpy as np
 import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import models, optim, viz
-from tinyattn.data import DigitCanvases, batches
+from tinyattn.data import DigitCanvases, batches, random_shifts
 from tinyattn.lesson import options, plot_path, progress, report
 
 args = options(__doc__)
@@ -62,13 +62,6 @@ print(f"{len(train)} training images, {len(test)} test images: one test image is
 epochs = 2 if args.quick else 80
 
 
-def shifted(images, rng):
-    out = np.zeros_like(images)
-    for i, (dy, dx) in enumerate(rng.integers(-2, 3, size=(len(images), 2))):
-        out[i] = np.roll(images[i], (dy, dx), axis=(1, 2))
-    return out
-
-
 def accuracy(model, images, rows):
     model.eval()
     with ta.no_grad():
@@ -88,7 +81,7 @@ def train_vit(position, images=data.images, image_size=18, patch_size=patch):
     for _ in progress(range(epochs), desc=position):
         for idx in batches(len(train), 64, rng):
             rows = train[idx]
-            loss = F.cross_entropy(model(ta.tensor(shifted(images[rows], rng))), ta.tensor(data.labels[rows]),
+            loss = F.cross_entropy(model(ta.tensor(random_shifts(images[rows], rng))), ta.tensor(data.labels[rows]),
                                    label_smoothing=0.1)
             optimizer.zero_grad()
             loss.backward()

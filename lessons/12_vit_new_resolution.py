@@ -20,7 +20,7 @@ import numpy as np
 import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import models, nn, optim, viz
-from tinyattn.data import DigitCanvases, batches
+from tinyattn.data import DigitCanvases, batches, random_shifts
 from tinyattn.lesson import options, plot_path, progress, report
 
 args = options(__doc__)                 # also seeds tinyattn's generator: --seed N
@@ -44,13 +44,6 @@ print(f"{model.num_parameters():,} parameters; position table {tuple(model.pos_e
 epochs = 2 if args.quick else 80
 
 
-def shifted(images, rng):
-    out = np.zeros_like(images)
-    for i, (dy, dx) in enumerate(rng.integers(-2, 3, size=(len(images), 2))):
-        out[i] = np.roll(images[i], (dy, dx), axis=(1, 2))
-    return out
-
-
 def accuracy(side, rows=test):
     model.eval()
     with ta.no_grad():
@@ -68,7 +61,7 @@ def fit(side, epochs, lr):
     for _ in progress(range(epochs), desc=f"{side}x{side}"):
         for idx in batches(len(train), 64, rng):
             rows = train[idx]
-            images = shifted(data[side].images[rows], rng)
+            images = random_shifts(data[side].images[rows], rng)
             loss = F.cross_entropy(model(ta.tensor(images)), ta.tensor(data[side].labels[rows]), label_smoothing=0.1)
             optimizer.zero_grad()
             loss.backward()

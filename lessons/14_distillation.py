@@ -22,7 +22,7 @@ import numpy as np
 import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import models, optim, viz
-from tinyattn.data import DigitCanvases, batches
+from tinyattn.data import DigitCanvases, batches, random_shifts
 from tinyattn.lesson import options, plot_path, progress, report
 
 args = options(__doc__)
@@ -32,13 +32,6 @@ if args.quick:
     train = train[:320]
 epochs = 2 if args.quick else 40
 seeds = [args.seed + i for i in range(1 if args.quick else 2)]
-
-
-def shifted(images, rng):
-    out = np.zeros_like(images)
-    for i, (dy, dx) in enumerate(rng.integers(-2, 3, size=(len(images), 2))):
-        out[i] = np.roll(images[i], (dy, dx), axis=(1, 2))
-    return out
 
 
 def accuracy(model, rows=test):
@@ -59,7 +52,7 @@ def fit(model, loss_fn, epochs, lr, seed, label, augment=True):
     for _ in progress(range(epochs), desc=label):
         for idx in batches(len(train), 64, rng):
             rows = train[idx]
-            images = shifted(data.images[rows], rng) if augment else data.images[rows]
+            images = random_shifts(data.images[rows], rng) if augment else data.images[rows]
             loss = loss_fn(ta.tensor(images), ta.tensor(data.labels[rows]))
             optimizer.zero_grad()
             loss.backward()
@@ -80,7 +73,7 @@ teacher_seconds = fit(teacher, lambda x, y: F.cross_entropy(teacher(x), y), epoc
 teacher.eval()
 teacher_acc = accuracy(teacher)
 with ta.no_grad():
-    shifted_logits = teacher(ta.tensor(shifted(data.images[train], np.random.default_rng(args.seed + 2))))
+    shifted_logits = teacher(ta.tensor(random_shifts(data.images[train], np.random.default_rng(args.seed + 2))))
 soft = ta.softmax(shifted_logits * (1 / 3.0), dim=-1).numpy()                  # at the temperature used below
 right = soft.argmax(-1) == data.labels[train]
 true_class_weight = float(soft[~right, data.labels[train][~right]].mean()) if (~right).any() else float("nan")

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from tinyattn.data import (CharCorpus, DateDataset, DigitStrips, NumberWords, SequenceTask, Vocab,
-                           bigram_bits_per_char, number_words, pad_batch)
+                           bigram_bits_per_char, number_words, pad_batch, random_shifts)
 from tinyattn.data.digits import WORDS
 
 
@@ -67,3 +67,14 @@ def test_digit_strips_captions_match_their_digits():
     for caption, labels in zip(strips.captions, strips.labels):
         assert strips.vocab.decode(caption, " ") == " ".join(WORDS[d] for d in labels)
     assert strips.images.shape == (60, 1, 8, 24) and 0 <= strips.images.min() and strips.images.max() <= 1
+
+
+def test_random_shifts_rolls_each_image_by_at_most_the_given_pixels():
+    images = np.arange(3 * 1 * 6 * 6, dtype=np.float32).reshape(3, 1, 6, 6)
+    shifted = random_shifts(images, np.random.default_rng(0), most=1)
+    assert shifted.shape == images.shape
+    for image, moved in zip(images, shifted):
+        rolls = [(dy, dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1)
+                 if np.array_equal(np.roll(image, (dy, dx), axis=(1, 2)), moved)]
+        assert len(rolls) == 1
+    np.testing.assert_array_equal(random_shifts(images, np.random.default_rng(0), most=1), shifted)

@@ -23,6 +23,15 @@ def _split(n, rng):
     return {"train": order[:cut1], "val": order[cut1:cut2], "test": order[cut2:]}
 
 
+def random_shifts(images, rng, most=2):
+    """Each image of (N, C, H, W) rolled by its own random whole-pixel shift of up to `most` pixels along each axis
+    (what leaves one edge comes back at the other): the augmentation the digits ViTs of the lessons train with."""
+    out = numpy.zeros_like(images)
+    for i, (dy, dx) in enumerate(rng.integers(-most, most + 1, size=(len(images), 2))):
+        out[i] = numpy.roll(images[i], (dy, dx), axis=(1, 2))
+    return out
+
+
 class DigitCanvases:
     """Each digit upscaled by `scale` and placed at a random offset on a canvas x canvas image, so a ViT sees more
     patches and must find the digit. images (N, 1, canvas, canvas); fixed 70/15/15 split."""
