@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 import tinyattn as ta
-from tinyattn import models, nn, optim, viz
+from tinyattn import models, optim, viz
 from tinyattn.data import CharCorpus
 from tinyattn.lesson import options, plot_path, progress, report
 
@@ -44,20 +44,10 @@ seeds = [args.seed + i for i in range(1 if args.quick else 3)]
 # %% [markdown]
 # ## Compute per token, counted
 # Training FLOPs per token: 6 per weight that the token passes through in a matrix product (2 forward, 4 backward),
-# plus attention's scores and weighted sums, 12 x layers x T x D (Kaplan et al. 2020). `GPT.flops_per_token` counts
-# every weight; an MoE token passes through the router and top_k of the experts only, so the experts it skips are
-# taken off.
+# plus attention's scores and weighted sums, 12 x layers x T x D (Kaplan et al. 2020): `GPT.flops_per_token`. An MoE
+# token passes through the router and top_k of the experts only, so the count leaves out the experts it skips.
 
 # %%
-def flops_per_token(model):
-    flops = model.flops_per_token(base["block_size"])
-    for block in model.blocks:
-        if isinstance(block.mlp, nn.MoE):
-            skipped = block.mlp.num_experts - block.mlp.top_k
-            flops -= 6 * skipped * block.mlp.experts[0].num_parameters()
-    return flops
-
-
 def train(overrides, label, seed):
     ta.manual_seed(seed)
     model = models.GPT(models.GPTConfig(**base, **overrides))
@@ -82,7 +72,7 @@ def train(overrides, label, seed):
                        for x, y in (corpus.batch("val", 16, base["block_size"], eval_rng) for _ in range(8))])
     kv_bytes = sum(block.attn.kv_cache_bytes_per_token() for block in model.blocks)
     return {"parameters": model.num_parameters(), "kv_cache_bytes_per_token": kv_bytes,
-            "flops_per_token": flops_per_token(model), "val_bits_per_char": float(val / np.log(2)),
+            "flops_per_token": model.flops_per_token(base["block_size"]), "val_bits_per_char": float(val / np.log(2)),
             "seconds": seconds, "curve": curve}
 
 

@@ -130,6 +130,11 @@ def test_gpt_generate_with_cache_equals_without_and_parameter_count():
     assert 12 * d * d <= per_block <= 12 * d * d + 13 * d       # 12 D^2 weights, plus biases and norms
     matmul_params = big.num_parameters() - 100 * d - 32 * d
     assert big.flops_per_token(32) == 6 * matmul_params + 12 * layers * 32 * d
+    moe = models.GPT(models.GPTConfig(vocab_size=100, block_size=32, n_layer=layers, num_heads=4, d_model=d, mlp="moe",
+                                      n_experts=4, top_k=2))
+    expert = moe.blocks[0].mlp.experts[0].num_parameters()
+    assert moe.flops_per_token(32) == 6 * (moe.num_parameters() - 100 * d - 32 * d - layers * 2 * expert) \
+        + 12 * layers * 32 * d                                  # each token skips 2 of the 4 experts
 
 
 def test_transformer_post_and_pre_norm_overfit_and_decode():

@@ -144,10 +144,14 @@ class GPT(nn.Module):
         return Tensor(ids)
 
     def flops_per_token(self, seq_len=None):
-        """Forward+backward FLOPs per token: 6 per parameter in the matmuls (2 forward, 4 backward) plus the
-        attention scores and weighted sums, 12 * n_layer * T * d_model (Kaplan et al. 2020; PaLM appendix B)."""
+        """Forward+backward FLOPs per token: 6 per parameter in the matmuls a token passes through (2 forward,
+        4 backward; in an MoE layer the router and top_k of the experts) plus the attention scores and weighted
+        sums, 12 * n_layer * T * d_model (Kaplan et al. 2020; PaLM appendix B)."""
         seq_len = seq_len or self.config.block_size
         matmul_params = self.num_parameters() - self.tok_emb.weight.numel() * (not self.config.tie_weights)
         if self.config.position == "learned":
             matmul_params -= self.pos_emb.weight.numel()
+        for block in self.blocks:
+            if isinstance(block.mlp, nn.MoE):
+                matmul_params -= (block.mlp.num_experts - block.mlp.top_k) * block.mlp.experts[0].num_parameters()
         return 6 * matmul_params + 12 * self.config.n_layer * seq_len * self.config.d_model
