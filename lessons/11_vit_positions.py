@@ -173,19 +173,7 @@ viz.save(viz.position_similarity(tables["learned2d"], (grid, grid), title="learn
 
 # %%
 bias = trained["relative"].relative_bias[0].bias.table.numpy()                  # ((2g-1)^2, heads)
-side = 2 * grid - 1
-fig, axes = viz.plt.subplots(1, bias.shape[1], figsize=(3 * bias.shape[1], 3), layout="constrained")
-for head, ax in enumerate(axes):
-    offsets = bias[:, head].reshape(side, side)[::-1, ::-1]       # the table is indexed by query - key; flip it
-    image = ax.imshow(offsets, cmap="coolwarm", vmin=-np.abs(bias).max(), vmax=np.abs(bias).max())
-    ax.set_xticks(range(side), labels=range(-grid + 1, grid), fontsize=viz.TICK_SIZE)
-    ax.set_yticks(range(side), labels=range(-grid + 1, grid), fontsize=viz.TICK_SIZE)
-    ax.set_xlabel("dx (key column - query column)", fontsize=viz.TICK_SIZE)
-    ax.set_title(f"head {head}", fontsize=9)
-axes[0].set_ylabel("dy (key row - query row)", fontsize=viz.TICK_SIZE)
-fig.colorbar(image, ax=list(axes), fraction=0.046, label="bias added to the score").ax.tick_params(
-    labelsize=viz.TICK_SIZE)
-viz.save(fig, plot_path(args, "11_relative_bias.png"))
+viz.save(viz.relative_bias([bias], grid, ["block 0"]), plot_path(args, "11_relative_bias.png"))
 print(f"relative bias, block 0: from {bias.min():.2f} to {bias.max():.2f} "
       f"(a bias of b multiplies that key's softmax weight by e^b)")
 

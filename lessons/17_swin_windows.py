@@ -146,8 +146,8 @@ for name, side, window in rows:
 # ## The relative bias a Swin learned on the digits
 # A small Swin (the library's `models.Swin`: 2x2 patches of the 16x16 digits, so an 8x8 map of tokens, windows of 4,
 # two stages) trains for a while; then each head's bias table of its first two blocks is drawn as a map over the
-# offsets (dy, dx) from -3 to 3, the centre being "the token itself". The bias started as small random numbers
-# (standard deviation 0.02).
+# offsets (dy, dx) of the key from the query, from -3 to 3, the centre being "the token itself" (lesson 11 draws its
+# ViT's relative bias the same way). The bias started as small random numbers (standard deviation 0.02).
 
 # %%
 data = DigitCanvases(canvas=16, scale=2, jitter=False)
@@ -187,18 +187,9 @@ for i, t in enumerate(tables):
         near, far = t[..., head][distance <= 1].mean(), t[..., head][distance >= 3].mean()
         print(f"block {i} ({'shifted' if blocks[i].shift else 'plain'}) head {head}: mean bias at distance <= 1 "
               f"{near:+.2f}, at distance >= 3 {far:+.2f} (spread at the start: 0.02)")
-fig, axes = viz.plt.subplots(1, sum(t.shape[-1] for t in tables), figsize=(3.2 * sum(t.shape[-1] for t in tables), 3))
-limit = max(np.abs(t).max() for t in tables)
-panels = [(i, head) for i, t in enumerate(tables) for head in range(t.shape[-1])]
-for ax, (i, head) in zip(axes, panels):
-    image = ax.imshow(tables[i][..., head], cmap="RdBu_r", vmin=-limit, vmax=limit)
-    ax.set_xticks(range(2 * M - 1), labels=offsets, fontsize=8)
-    ax.set_yticks(range(2 * M - 1), labels=offsets, fontsize=8)
-    ax.set_xlabel("dx (query - key)", fontsize=8)
-    ax.set_title(f"block {i} ({'shifted' if blocks[i].shift else 'plain'}), head {head}", fontsize=9)
-axes[0].set_ylabel("dy (query - key)", fontsize=8)
-fig.colorbar(image, ax=list(axes), shrink=0.8, label="bias added to the score")
-viz.save(fig, plot_path(args, "17_swin_relative_bias.png"))
+viz.save(viz.relative_bias([b.attn.relative_bias.table.numpy() for b in blocks], M,
+                           [f"block {i} ({'shifted' if b.shift else 'plain'})" for i, b in enumerate(blocks)]),
+         plot_path(args, "17_swin_relative_bias.png"))
 
 # %%
 if not args.quick:

@@ -103,6 +103,22 @@ def test_bars_and_attention_distance_draw_what_they_are_given():
     viz.plt.close(fig)
 
 
+def test_relative_bias_is_drawn_by_where_the_key_sits_from_the_query():
+    bias = nn.RelativePositionBias(2, num_heads=1)
+    with ta.no_grad():
+        bias.table.zero_()
+    query, key = 2, 0                      # tokens (1, 0) and (0, 0) of a 2x2 window: the key is one row above
+    with ta.no_grad():
+        row = int(bias.index.numpy()[query, key])
+        bias.table[row, 0] = 1.0
+    assert bias().numpy()[0, query, key] == 1.0
+    fig = viz.relative_bias([bias.table.numpy()], 2, ["block 0"])
+    drawn = np.asarray(fig.axes[0].images[0].get_array())
+    assert drawn[0, 1] == 1.0 and drawn.sum() == 1.0     # dy = -1 (row of offset -1), dx = 0 (the middle column)
+    assert fig.axes[0].get_title() == "block 0, head 0" and "key row - query row" in fig.axes[0].get_ylabel()
+    viz.plt.close(fig)
+
+
 def test_save_writes_the_file_says_where_and_frees_the_figure(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("TINYATTN_SHOW_FIGURES", raising=False)
     fig = viz.curves({"loss": [3.0, 2.0, 1.5]})

@@ -110,6 +110,27 @@ def position_similarity(pos_embed, grid, title="cosine similarity of position em
     return fig
 
 
+def relative_bias(tables, window, titles):
+    """Learned relative position biases (Swin's, or a ViT's relative scheme), one panel per head. tables: a list of
+    ((2 window - 1)^2, heads) arrays indexed by the (query - key) offset, as nn.RelativePositionBias keeps them;
+    titles: one name per table. Each panel shows the bias by where the key sits from the query (dy, dx), the query
+    itself at the centre: red is an offset that head favours whatever the tokens hold, blue one it avoids."""
+    side, offsets = 2 * window - 1, range(-window + 1, window)
+    panels = [(table, title, head) for table, title in zip(tables, titles) for head in range(table.shape[-1])]
+    limit = max(numpy.abs(table).max() for table in tables)
+    fig, axes = plt.subplots(1, len(panels), figsize=(3 * len(panels), 3), squeeze=False, layout="constrained")
+    for ax, (table, title, head) in zip(axes[0], panels):
+        by_key_offset = table[:, head].reshape(side, side)[::-1, ::-1]          # (query - key) -> (key - query)
+        image = ax.imshow(by_key_offset, cmap="coolwarm", vmin=-limit, vmax=limit)
+        ax.set_xticks(range(side), labels=offsets, fontsize=TICK_SIZE)
+        ax.set_yticks(range(side), labels=offsets, fontsize=TICK_SIZE)
+        ax.set_xlabel("dx (key column - query column)", fontsize=TICK_SIZE)
+        ax.set_title(f"{title}, head {head}", fontsize=9)
+    axes[0, 0].set_ylabel("dy (key row - query row)", fontsize=TICK_SIZE)
+    _colorbar(image, list(axes[0]), "bias added to the score")
+    return fig
+
+
 def attention_distance(distances, uniform=None, limits=None):
     """Mean attention distance of each head against depth: distances (depth, heads). uniform: the distance of
     attention spread evenly over every patch, drawn as a dashed line; limits: (nearest, farthest) distance the
