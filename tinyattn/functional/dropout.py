@@ -6,7 +6,7 @@ from ..tensor import Function
 from . import dropout_kernel, twins
 
 
-class Dropout(Function):
+class ReferenceDropout(Function):
     """y = x * keep * scale; backward: dx = dy * keep * scale (keep: the elements that survived)."""
 
     @staticmethod
@@ -21,13 +21,13 @@ class Dropout(Function):
         return grad * keep * ctx.scale, None, None
 
 
-class FastDropout(Dropout):
+class FastDropout(ReferenceDropout):
     """The same; float32 CuPy arrays take one kernel per direction instead of two array ops."""
 
     @staticmethod
     def forward(ctx, x, keep, scale):
         if not dropout_kernel.applies(x):
-            return Dropout.forward(ctx, x, keep, scale)
+            return ReferenceDropout.forward(ctx, x, keep, scale)
         ctx.save_for_backward(keep)
         ctx.scale = scale
         return dropout_kernel.masked_scale(x, keep, scale)
@@ -35,12 +35,12 @@ class FastDropout(Dropout):
     @staticmethod
     def backward(ctx, grad):
         if not dropout_kernel.applies(grad):
-            return Dropout.backward(ctx, grad)
+            return ReferenceDropout.backward(ctx, grad)
         (keep,) = ctx.saved_tensors
         return dropout_kernel.masked_scale(grad, keep, ctx.scale), None, None
 
 
-twins.register("dropout", FastDropout, Dropout)
+twins.register("dropout", FastDropout, ReferenceDropout)
 
 
 def keep_mask(shape, p, like):
