@@ -11,7 +11,6 @@ reference twins use none of it. Nothing here changes the math: tests hold fast =
   gradients by sorting, the normal CDF from a fitted polynomial); fit_normal_cdf.py makes that polynomial.
 """
 from .arrays import add_rows, last_axis_sum, leading_axes_sum, normal_cdf, row_mean, sigmoid
-from .split import (AttentionPart, attention_parts, for_each_part, for_each_piece, matmul, matmuls,
-                    one_slice_per_thread, slices, sum_over_parts)
-from .threads import get_num_threads, set_num_threads, share
-from .tuning import blas_held, tune_allocator, tuned
+from .split import attention_parts, for_each_part, for_each_piece, matmul, matmuls, sum_over_parts
+from .threads import get_num_threads, set_num_threads
+from .tuning import tune_allocator, tuned

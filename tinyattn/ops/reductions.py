@@ -1,6 +1,7 @@
 """Reductions, forward beside backward: sum, mean, var, max and min (over everything or along a dim), arg max/min."""
 import builtins
 import math
+from collections import namedtuple
 
 from ..backend import xp_of
 from ..tensor import Function, Tensor
@@ -183,16 +184,8 @@ def all(x, dim=None, keepdim=False):
     return Tensor(x.array.all(axis=dim_indices(dim, x.ndim), keepdims=keepdim))
 
 
-class _ValuesIndices(tuple):
-    """(values, indices) as returned by max(dim=...) / min(dim=...), like torch.return_types.max."""
-
-    @property
-    def values(self):
-        return self[0]
-
-    @property
-    def indices(self):
-        return self[1]
+# (values, indices), as max(dim=...), min(dim=...), sort and topk return them (PyTorch's torch.return_types)
+ValuesIndices = namedtuple("ValuesIndices", ["values", "indices"])
 
 
 def _extreme(x, dim, keepdim, largest):
@@ -205,7 +198,7 @@ def _extreme(x, dim, keepdim, largest):
     xp = xp_of(x.array)
     indices = (xp.argmax if largest else xp.argmin)(x.array, axis=dim)
     values = TakeAlongDim.apply(x, indices, dim, keepdim)
-    return _ValuesIndices((values, Tensor(xp.expand_dims(indices, dim) if keepdim else indices)))
+    return ValuesIndices(values, Tensor(xp.expand_dims(indices, dim) if keepdim else indices))
 
 
 def max(x, dim=None, keepdim=False):

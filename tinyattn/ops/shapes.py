@@ -74,7 +74,7 @@ class Stack(Function):
 
     @staticmethod
     def backward(ctx, grad):
-        return tuple(grad.take(i, axis=ctx.dim) for i in range(grad.shape[ctx.dim]))
+        return tuple(xp_of(grad).moveaxis(grad, ctx.dim, 0))          # one view per stacked input, no copies
 
 
 class RepeatInterleave(Function):

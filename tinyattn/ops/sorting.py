@@ -1,13 +1,10 @@
 """Sorting and picking the largest: sort, argsort, topk. Values come out through gather, so their gradients go back
 to the places they were taken from."""
-from collections import namedtuple
-
 from ..backend import xp_of
 from ..tensor import Tensor
 from .dims import dim_index
 from .indexing import Gather
-
-ValuesIndices = namedtuple("ValuesIndices", ["values", "indices"])
+from .reductions import ValuesIndices
 
 
 def argsort(x, dim=-1, descending=False, stable=True):
