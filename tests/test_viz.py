@@ -86,8 +86,10 @@ def test_heatmaps_carry_a_colour_bar_and_readable_ticks():
     assert len(fig.axes) == 2                                               # the heatmap and its colour bar
     assert all(t.get_fontsize() >= 8 for t in fig.axes[0].get_xticklabels() + fig.axes[1].get_yticklabels())
     viz.plt.close(fig)
-    fig = viz.attention_grid(np.full((2, 2, 3, 3), 1 / 3))
+    fig = viz.attention_grid(np.full((2, 2, 3, 3), 1 / 3), ["a", "\n", " "], ["a", "\n", " "])
     assert any(ax.get_label() == "<colorbar>" for ax in fig.axes)
+    for drawn in (fig.axes[2].get_xticklabels(), fig.axes[0].get_yticklabels()):   # bottom row, left column
+        assert [t.get_text() for t in drawn] == ["a", "\\n", " "]              # a newline shown, not a line break
     viz.plt.close(fig)
 
 

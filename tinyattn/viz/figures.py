@@ -20,6 +20,11 @@ def _colorbar(image, ax, label=None, max_ticks=None):
     return bar
 
 
+def _token_labels(tokens):
+    """Tokens as tick labels: a newline or tab shown as \\n or \\t (not a line break), a space as itself."""
+    return [repr(t)[1:-1] or " " for t in tokens]
+
+
 def attention_heatmap(weights, x_labels=None, y_labels=None, ax=None, title=None, cmap="viridis", colorbar=True):
     """One (queries x keys) attention matrix with token labels on both axes: rows are queries, columns keys. The
     colour bar gives the weights' scale (each row sums to 1)."""
@@ -28,10 +33,9 @@ def attention_heatmap(weights, x_labels=None, y_labels=None, ax=None, title=None
         fig, ax = plt.subplots(figsize=(0.3 * weights.shape[1] + 2.6, 0.3 * weights.shape[0] + 1.5))
     image = ax.imshow(weights, cmap=cmap, vmin=0, aspect="auto")
     if x_labels is not None:
-        ax.set_xticks(range(len(x_labels)), labels=[repr(t)[1:-1] or " " for t in x_labels], fontsize=TICK_SIZE,
-                      rotation=90)
+        ax.set_xticks(range(len(x_labels)), labels=_token_labels(x_labels), fontsize=TICK_SIZE, rotation=90)
     if y_labels is not None:
-        ax.set_yticks(range(len(y_labels)), labels=[repr(t)[1:-1] or " " for t in y_labels], fontsize=TICK_SIZE)
+        ax.set_yticks(range(len(y_labels)), labels=_token_labels(y_labels), fontsize=TICK_SIZE)
     ax.tick_params(labelsize=TICK_SIZE)
     ax.set_xlabel("keys (attended to)")
     ax.set_ylabel("queries")
@@ -58,9 +62,9 @@ def attention_grid(maps, x_labels=None, y_labels=None, row_names=None, title=Non
             ax.set_xticks([])
             ax.set_yticks([])
             if x_labels is not None and r == rows - 1:
-                ax.set_xticks(range(len(x_labels)), labels=list(x_labels), fontsize=TICK_SIZE, rotation=90)
+                ax.set_xticks(range(len(x_labels)), labels=_token_labels(x_labels), fontsize=TICK_SIZE, rotation=90)
             if y_labels is not None and c == 0:
-                ax.set_yticks(range(len(y_labels)), labels=list(y_labels), fontsize=TICK_SIZE)
+                ax.set_yticks(range(len(y_labels)), labels=_token_labels(y_labels), fontsize=TICK_SIZE)
             ax.set_title((f"{row_names[r]}, " if row_names else "") + f"head {c}", fontsize=9)
     _colorbar(image, list(axes.reshape(-1)), "attention weight")
     if title:
