@@ -7,7 +7,7 @@ parts they are given.
 """
 import math
 
-from ..backend import is_cupy_array, xp_of
+from ..backend import broadcast_shapes, is_cupy_array, xp_of
 from .threads import get_num_threads, share
 
 # Elementwise work goes in pieces of this many values (1 MiB of float32), so that a chain of in-place passes over
@@ -82,7 +82,7 @@ def matmuls(*products):
         elif i in shared:                   # an empty result now, its slices filled by the threads below
             a, b, bias = product
             xp, rows = xp_of(a), a.shape[-2]
-            outs.append(xp.empty(xp.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (rows, b.shape[-1]),
+            outs.append(xp.empty(broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (rows, b.shape[-1]),
                                  dtype=xp.result_type(a, b)))
             parts += [(a, b, bias, outs[i], part) for part in slices(rows, -(-rows // slices_each))]
         else:

@@ -5,7 +5,7 @@ same math arranged for speed: in place on its score matrix, its work cut into pa
 attention_weights recomputes the weights for plots.
 """
 from .. import cpu
-from ..backend import xp_of
+from ..backend import broadcast_shapes, xp_of
 from ..tensor import Function, Tensor, as_array
 from . import twins
 from .attention_inputs import (additive_mask, attention_mask, check_attention_inputs, default_scale, group_heads,
@@ -65,7 +65,7 @@ class FastScaledDotProductAttention(Function):
     def forward(ctx, q, k, v, mask, scale, dropout_p, enable_gqa):
         xp = xp_of(q)
         q, k, v, mask, groups = group_heads(q, k, v, mask, enable_gqa)
-        batch, n_rows, n_keys = xp.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2]
+        batch, n_rows, n_keys = broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2]
         out = xp.empty(batch + (n_rows, v.shape[-1]), dtype=q.dtype)
         keep = keep_mask(batch + (n_rows, n_keys), dropout_p, q) if dropout_p > 0 else None
 

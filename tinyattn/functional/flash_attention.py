@@ -3,7 +3,7 @@ softmax (FlashAttention-2, Dao 2023). ReferenceFlashAttention is the algorithm i
 it); FastFlashAttention arranges the same loops for speed on the CPU; on the GPU, float32 inputs run the CUDA
 kernels of flash_kernel.py."""
 from .. import cpu
-from ..backend import xp_of
+from ..backend import broadcast_shapes, xp_of
 from ..tensor import Function, Tensor
 from . import flash_kernel, twins
 from .attention_inputs import (additive_mask, check_attention_inputs, check_mask_choice, default_scale, group_heads,
@@ -60,7 +60,7 @@ class ReferenceFlashAttention(Function):
     def forward(ctx, q, k, v, mask, scale, is_causal, enable_gqa, block_size):
         xp = xp_of(q)
         q, k, v, mask, groups = group_heads(q, k, v, mask, enable_gqa)
-        batch = xp.broadcast_shapes(q.shape[:-2], k.shape[:-2])
+        batch = broadcast_shapes(q.shape[:-2], k.shape[:-2])
         out = xp.zeros(batch + (q.shape[-2], v.shape[-1]), dtype=q.dtype)
         L = xp.zeros(batch + (q.shape[-2], 1), dtype=q.dtype)
         zero, inf = xp.zeros((), dtype=q.dtype), xp.asarray(xp.inf, dtype=q.dtype)
@@ -132,7 +132,7 @@ class FastFlashAttention(Function):
     def forward(ctx, q, k, v, mask, scale, is_causal, enable_gqa, block_size):
         xp = xp_of(q)
         q, k, v, mask, groups = group_heads(q, k, v, mask, enable_gqa)
-        batch = xp.broadcast_shapes(q.shape[:-2], k.shape[:-2])
+        batch = broadcast_shapes(q.shape[:-2], k.shape[:-2])
         q_scaled, k_t = q * scale, xp.swapaxes(k, -1, -2)
         zero, minus_inf = xp.zeros((), dtype=q.dtype), xp.asarray(-xp.inf, dtype=q.dtype)
         out = xp.empty(batch + (q.shape[-2], v.shape[-1]), dtype=q.dtype)

@@ -99,7 +99,7 @@ class MultiHeadAttention(Module):
     (num_kv_heads = 1) variants.
 
     Self-attention projects q, k and v with one fused Linear (qkv); cross=True projects queries from x and keys and
-    values from a context of size kv_dim. impl="flash" runs F.flash_attention (no attention dropout, no weights);
+    values from a context of size kv_dim. impl="flash" runs F.flash_attention (no attention dropout);
     impl="reference" runs the reference twin of F.scaled_dot_product_attention. With need_weights=True the module
     keeps the last (B, H, L, S) weights in .last_weights, for plots.
     """

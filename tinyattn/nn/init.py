@@ -48,19 +48,22 @@ def fan_in(shape):
     return math.prod(shape[1:]) if len(shape) > 1 else shape[0]
 
 
+def fan_out(shape):
+    """Outputs one input feeds: out_features for a (out, in) weight, out_channels * kh * kw for a conv kernel."""
+    return shape[0] * math.prod(shape[2:])
+
+
 def xavier_uniform_(tensor, gain=1.0):
-    fan_out = tensor.shape[0] * math.prod(tensor.shape[2:])
-    bound = gain * math.sqrt(6.0 / (fan_in(tensor.shape) + fan_out))
+    bound = gain * math.sqrt(6.0 / (fan_in(tensor.shape) + fan_out(tensor.shape)))
     return uniform_(tensor, -bound, bound)
 
 
 def xavier_normal_(tensor, gain=1.0):
-    fan_out = tensor.shape[0] * math.prod(tensor.shape[2:])
-    return normal_(tensor, 0.0, gain * math.sqrt(2.0 / (fan_in(tensor.shape) + fan_out)))
+    return normal_(tensor, 0.0, gain * math.sqrt(2.0 / (fan_in(tensor.shape) + fan_out(tensor.shape))))
 
 
 def _kaiming_std(tensor, a, mode, nonlinearity):
-    fan = fan_in(tensor.shape) if mode == "fan_in" else tensor.shape[0] * math.prod(tensor.shape[2:])
+    fan = fan_in(tensor.shape) if mode == "fan_in" else fan_out(tensor.shape)
     gain = {"relu": math.sqrt(2.0), "linear": 1.0, "sigmoid": 1.0, "tanh": 5.0 / 3,
             "leaky_relu": math.sqrt(2.0 / (1 + a * a))}.get(nonlinearity)
     if gain is None:

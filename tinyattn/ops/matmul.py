@@ -1,5 +1,5 @@
 """Matrix products: a @ b with NumPy's (and PyTorch's) rules, forward beside backward."""
-from ..backend import xp_of
+from ..backend import broadcast_shapes, xp_of
 from ..tensor import Function, Tensor
 
 
@@ -55,7 +55,7 @@ def matmul(a, b):
         raise RuntimeError(f"matmul: shapes {a.shape} and {b.shape} cannot be multiplied "
                            f"({a.shape[-1]} columns against {inner} rows)")
     try:
-        xp_of(a.array).broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        broadcast_shapes(a.shape[:-2], b.shape[:-2])
     except ValueError:
         raise RuntimeError(f"matmul: the batch dims of shapes {a.shape} and {b.shape} do not broadcast") from None
     return MatMul.apply(a, b)
