@@ -100,11 +100,9 @@ viz.save(fig, plot_path(args, "08_vit_class_attention.png"))
 # %%
 positions = model.pos_embed.numpy()[0, 1:]
 viz.save(viz.position_similarity(positions, (grid, grid)), plot_path(args, "08_vit_positions.png"))
-similarity = positions @ positions.T / np.outer(np.linalg.norm(positions, axis=1), np.linalg.norm(positions, axis=1))
-neighbour = np.mean([similarity[i, i + 1] for i in range(grid * grid - 1) if (i + 1) % grid])
-far = np.mean([similarity[i, j] for i in range(grid * grid) for j in range(grid * grid)
-               if abs(i // grid - j // grid) + abs(i % grid - j % grid) >= grid])
-print(f"mean cosine similarity: horizontal neighbours {neighbour:.2f}, patches {grid}+ steps apart {far:.2f}")
+neighbour, below, far = models.position_neighbour_similarity(positions, grid)
+print(f"mean cosine similarity: right neighbours {neighbour:.2f}, neighbours below {below:.2f}, patches {grid}+ steps "
+      f"apart {far:.2f}")
 
 # %% [markdown]
 # ## Mean attention distance

@@ -143,21 +143,11 @@ print(f"leaving positions out costs {test_acc['learned'] - test_acc['none']:.3f}
 # table treats the two alike; the learned tables become whatever training made of them.
 
 # %%
-def neighbour_similarity(table):
-    e = table / np.linalg.norm(table, axis=1, keepdims=True)
-    sim = e @ e.T
-    right = np.mean([sim[i, i + 1] for i in range(grid * grid) if (i + 1) % grid])
-    below = np.mean([sim[i, i + grid] for i in range(grid * grid - grid)])
-    far = np.mean([sim[i, j] for i in range(grid * grid) for j in range(grid * grid)
-                   if abs(i // grid - j // grid) + abs(i % grid - j % grid) >= grid])
-    return right, below, far
-
-
 tables = {p: trained[p].position_table().numpy()[0, 1:] for p in ("learned", "sincos", "sincos2d", "learned2d")}
 print(f"{'scheme':10} {'right':>6} {'below':>6} {f'{grid}+ apart':>9}   (mean cosine similarity of position vectors)")
 similarity = {}
 for position, table in tables.items():
-    similarity[position] = neighbour_similarity(table)
+    similarity[position] = models.position_neighbour_similarity(table, grid)
     right, below, far = similarity[position]
     print(f"{position:10} {right:6.2f} {below:6.2f} {far:9.2f}")
 viz.save(viz.position_similarity(tables["learned"], (grid, grid), title="learned 1-D: cosine similarity"),

@@ -227,3 +227,11 @@ def test_transformer_flash_equals_naive():
     flash.load_state_dict(naive.state_dict())
     src, tgt = ta.tensor([[5, 6, 7, 8, 0], [9, 10, 11, 0, 0]]), ta.tensor([[1, 8, 7, 6], [1, 11, 10, 0]])
     np.testing.assert_allclose(host(flash(src, tgt)), host(naive(src, tgt)), atol=1e-5)
+
+
+def test_position_neighbour_similarity_of_a_table_made_to_order():
+    grid = 3
+    rows, cols = np.divmod(np.arange(grid * grid), grid)
+    by_row = np.stack([np.cos(rows), np.sin(rows)], axis=1)               # one vector per row: alike along a row
+    right, below, far = models.position_neighbour_similarity(by_row, grid)
+    assert right == pytest.approx(1.0) and below < 0.6 and far < right

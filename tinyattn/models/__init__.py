@@ -8,4 +8,5 @@ from .mobile_former import MobileFormer, MobileFormerConfig
 from .seq2seq import Seq2Seq, Seq2SeqAttention, Seq2SeqConfig
 from .swin import Swin, SwinConfig
 from .transformer import Transformer, TransformerConfig
-from .vit import ViT, ViTConfig, deit_hard_distillation_loss, deit_soft_distillation_loss, mean_attention_distance
+from .vit import (ViT, ViTConfig, deit_hard_distillation_loss, deit_soft_distillation_loss, mean_attention_distance,
+                  position_neighbour_similarity)
