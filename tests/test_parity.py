@@ -208,6 +208,12 @@ def test_printing_matches_pytorch():
     w = ta.ones(2, requires_grad=True)
     assert repr(w) == f"tensor([1., 1.]{on}, requires_grad=True)"
     assert repr(w.sum()) == f"tensor(2.{on}, grad_fn=<SumBackward>)"
+    ta.set_default_dtype(ta.float64)           # PyTorch names the dtype that differs from the default one then
+    try:
+        assert repr(ta.tensor([1.0])) == f"tensor([1.]{on})"
+        assert repr(ta.tensor([1.0], dtype=ta.float32)) == f"tensor([1.]{on}, dtype=tinyattn.float32)"
+    finally:
+        ta.set_default_dtype(ta.float32)
 
 
 def test_data_is_a_tensor_sharing_memory():

@@ -146,6 +146,23 @@ def broadcast_shapes(*shapes):
     return numpy.broadcast_shapes(*shapes)
 
 
+_default_float = numpy.dtype("float32")
+
+
+def set_default_dtype(dtype):
+    """The float dtype that Python floats and new float tensors get (float32 unless changed), as PyTorch. It lives
+    here, at the bottom, because everything above reads it: creation, type promotion, printing."""
+    global _default_float
+    dtype = numpy.dtype(dtype)
+    if dtype.kind != "f":
+        raise TypeError(f"the default dtype must be a floating dtype, got {dtype}")
+    _default_float = dtype
+
+
+def get_default_dtype():
+    return _default_float
+
+
 def manual_seed(seed, device=None):
     """Seed every device's generator (CPU runs are then reproducible), or only the given device's."""
     global _seed

@@ -2,23 +2,8 @@
 import numpy
 
 from . import backend
+from .backend import get_default_dtype, set_default_dtype  # noqa: F401  (tinyattn.set_default_dtype, as torch)
 from .tensor import Tensor
-
-
-_default_float = numpy.dtype("float32")
-
-
-def set_default_dtype(dtype):
-    """The float dtype that Python floats and new float tensors get (float32 unless changed), as PyTorch."""
-    global _default_float
-    dtype = numpy.dtype(dtype)
-    if dtype.kind != "f":
-        raise TypeError(f"the default dtype must be a floating dtype, got {dtype}")
-    _default_float = dtype
-
-
-def get_default_dtype():
-    return _default_float
 
 
 def _resolve(device):
@@ -27,7 +12,7 @@ def _resolve(device):
 
 def _dtype(dtype, fallback=None):
     """A dtype argument (None: the fallback, or the default float dtype)."""
-    return numpy.dtype(dtype if dtype is not None else fallback if fallback is not None else _default_float)
+    return numpy.dtype(dtype if dtype is not None else fallback if fallback is not None else get_default_dtype())
 
 
 def tensor(data, requires_grad=False, dtype=None, device=None):
@@ -45,7 +30,7 @@ def tensor(data, requires_grad=False, dtype=None, device=None):
         from_python = not isinstance(data, (numpy.ndarray, numpy.generic))
         array = numpy.array(data, dtype=dtype)
         if dtype is None and from_python and array.dtype == numpy.float64:
-            array = array.astype(_default_float)
+            array = array.astype(get_default_dtype())
     array = backend.to_device(array, _resolve(device))
     return Tensor(array, requires_grad=requires_grad)
 

@@ -1,14 +1,13 @@
 """How a tensor prints: as PyTorch prints one, so that output copied from a PyTorch tutorial reads the same.
 
 tensor([[1.5000, 2.0000]]) for floats (4 decimals, or scientific notation when the values span more than a factor of
-1000 or are very large or small), the dtype shown only when it is not the default of its kind (float32, int64, bool),
-with the device first when it is not the CPU, then requires_grad or grad_fn. Long tensors are summarised with ... as PyTorch does past 1000 elements.
+1000 or are very large or small), the dtype shown only when it is not the default of its kind (the default float
+dtype, int64, bool), with the device first when it is not the CPU, then requires_grad or grad_fn. Long tensors are
+summarised with ... as PyTorch does past 1000 elements.
 """
 import numpy
 
 from . import backend
-
-_DEFAULTS = ("float32", "int64", "bool")
 
 
 def _float_format(values):
@@ -22,7 +21,7 @@ def _float_format(values):
     return (lambda v: f"{v:.0f}.") if whole else (lambda v: f"{v:.4f}")
 
 
-def tensor_repr(array, dtype_name, device, grad):
+def tensor_repr(array, device, grad):
     """The text of tensor(...): the values, then device (if not the CPU), dtype (if not a default) and grad (a
     "requires_grad=True" or "grad_fn=<...>", or None), in PyTorch's order."""
     values = backend.to_host(array)
@@ -33,7 +32,7 @@ def tensor_repr(array, dtype_name, device, grad):
     body = numpy.array2string(values, separator=", ", prefix="tensor(", formatter=formatter, threshold=1000,
                               edgeitems=3, max_line_width=80)
     extras = [f"device='{device}'"] if device != "cpu" else []
-    if dtype_name not in _DEFAULTS:
-        extras.append(f"dtype=tinyattn.{dtype_name}")
+    if values.dtype not in (backend.get_default_dtype(), numpy.int64, numpy.bool_):
+        extras.append(f"dtype=tinyattn.{values.dtype.name}")
     extras += [grad] if grad else []
     return "tensor(" + body + "".join(", " + e for e in extras) + ")"

@@ -258,7 +258,7 @@ class Tensor:
     def __repr__(self):
         grad = f"grad_fn=<{self._node.name()}>" if self._node is not None else \
             "requires_grad=True" if self.requires_grad else None
-        return printing.tensor_repr(self.array, self.dtype.name, str(self.device), grad)
+        return printing.tensor_repr(self.array, str(self.device), grad)
 
     def __format__(self, spec):
         """f"{loss:.4f}" formats a one-element tensor as its number, as in PyTorch."""

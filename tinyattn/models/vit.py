@@ -18,8 +18,6 @@ The class and distillation tokens get no position in the fixed, 2-D and relative
 """
 from dataclasses import dataclass
 
-import numpy
-
 from .. import backend, ops
 from .. import functional as F
 from ..creation import zeros
@@ -178,13 +176,14 @@ def position_neighbour_similarity(table, grid):
     """How alike a (grid^2, D) table of patch positions (reading order) makes neighbours: the mean cosine similarity
     of each patch's vector with its right neighbour's, with the one below's, and with those grid or more steps away
     (|dy| + |dx|). Returns (right, below, far) as floats."""
-    e = numpy.asarray(table, dtype=numpy.float64)
-    e = e / numpy.linalg.norm(e, axis=1, keepdims=True)
+    xp = backend.numpy
+    e = backend.to_host(as_array(table)).astype(xp.float64)
+    e = e / xp.linalg.norm(e, axis=1, keepdims=True)
     sim = e @ e.T
     n = grid * grid
-    right = numpy.mean([sim[i, i + 1] for i in range(n) if (i + 1) % grid])
-    below = numpy.mean([sim[i, i + grid] for i in range(n - grid)])
-    far = numpy.mean([sim[i, j] for i in range(n) for j in range(n)
+    right = xp.mean([sim[i, i + 1] for i in range(n) if (i + 1) % grid])
+    below = xp.mean([sim[i, i + grid] for i in range(n - grid)])
+    far = xp.mean([sim[i, j] for i in range(n) for j in range(n)
                       if abs(i // grid - j // grid) + abs(i % grid - j % grid) >= grid])
     return float(right), float(below), float(far)
 

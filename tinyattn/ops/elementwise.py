@@ -3,8 +3,7 @@ one-input math. Gradients may come back in broadcast shapes: the engine sums the
 import builtins
 
 from .. import backend
-from ..backend import check_device, device_of, is_array, to_device, xp_of
-from ..creation import get_default_dtype
+from ..backend import check_device, device_of, get_default_dtype, is_array, to_device, xp_of
 from ..tensor import Function, Tensor, as_array
 from .promotion import result_dtype
 

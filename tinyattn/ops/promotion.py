@@ -8,7 +8,7 @@ that has dims gives float64, and an integer tensor with a float gives the defaul
 differ on exactly these cases, which is why tinyattn casts before it computes.
 """
 from .. import backend
-from ..creation import get_default_dtype
+from ..backend import get_default_dtype
 from ..tensor import Tensor
 
 _CATEGORY = {"b": 0, "u": 1, "i": 1, "f": 2}
