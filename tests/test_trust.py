@@ -173,6 +173,26 @@ def test_an_in_place_change_leaves_the_gradient_of_earlier_uses_alone():
     np.testing.assert_allclose(host(z.grad), np.ones(3))
 
 
+def test_an_in_place_change_through_a_slice_reaches_the_gradient_of_the_sliced_tensor():
+    a = randn(2, 3)
+    z = a * 1.0
+    z[0][1:].mul_(5.0)                   # a slice of a slice: z's first row changes where it is
+    (z * z).sum().backward()
+    expected = 2 * host(a)
+    expected[0, 1:] *= 25.0
+    np.testing.assert_allclose(host(a.grad), expected)
+    w, b = randn(2, seed=1), randn(3, seed=2)
+    y = b * 1.0
+    y[:2] += w * 3.0                     # the getitem, iadd, setitem of Python's augmented assignment
+    y.sum().backward()
+    np.testing.assert_allclose(host(w.grad), np.full(2, 3.0))
+    np.testing.assert_allclose(host(b.grad), np.ones(3))
+    with pytest.raises(RuntimeError, match="reshape, transpose"):
+        (a * 1.0).t().mul_(2.0)          # a view that is not a slice: refused, never silently wrong
+    with pytest.raises(RuntimeError, match="view of a leaf"):
+        a[0].mul_(2.0)
+
+
 def test_detach_counts_in_place_changes_with_its_tensor_as_pytorch():
     y = randn(3).exp()                   # exp saves its output for backward
     with ta.no_grad():

@@ -172,6 +172,8 @@ class Tensor:
     """An n-dimensional array on a device, with an optional gradient."""
 
     __array_priority__ = 1000  # numpy_array + tensor defers to Tensor.__radd__
+    _is_view = False           # True for the result of an op that views its input's memory (reshape, a slice, ...)
+    _base = None               # for a view made by basic indexing: (the tensor it views, the index)
 
     def __init__(self, data, requires_grad=False):
         self.array = data
@@ -453,7 +455,7 @@ def _share_versions_with_viewed_input(result, inputs):
     owner = _memory_owner(result.array)
     for t in inputs:
         if t is not None and _memory_owner(t.array) is owner:
-            result._versions = t._versions
+            result._versions, result._is_view = t._versions, True
             return
 
 

@@ -5,7 +5,9 @@
 - On a leaf tensor that requires grad, outside no_grad, the change raises: the gradient would describe values the
   tensor no longer holds.
 - On a tensor inside a graph, the change is differentiable: x takes the history of its new value, and the old
-  value lives on for the graph in a copy.
+  value lives on for the graph in a copy. When x is a slice of another tensor (x = y[i]), y changed too: y takes
+  the history of index_put(old y, i, new x), so its later uses see the change in their gradients. An in-place
+  change of another kind of view (a reshape, a transpose) inside a graph raises instead.
 Each change counts one version of x's memory: backward through a Function that saved that memory then raises.
 """
 from .. import backend
@@ -24,6 +26,7 @@ def change_in_place(x, compute, *others):
     if takes_grad and x.is_leaf and x.requires_grad:
         raise RuntimeError(f"a leaf tensor that requires grad (shape {x.shape}) is used in an in-place operation: do "
                            "it under `with ta.no_grad():` (an optimizer step, an initialisation), or on a clone()")
+    bases = _viewed_tensors(x) if takes_grad else []
     if takes_grad:
         before = Tensor(x.array.copy(), requires_grad=x.requires_grad)       # the old value, for the graph
         before._node = x._node
@@ -35,7 +38,30 @@ def change_in_place(x, compute, *others):
     if takes_grad:
         x._take_history(new._node)
         x.requires_grad = new.requires_grad
+        for base, index, before in bases:           # each tensor x is a slice of takes the change into its history
+            new = index_put(before, index, new)
+            base._take_history(new._node)
+            base.requires_grad = new.requires_grad
     return x
+
+
+def _viewed_tensors(x):
+    """(tensor, index, its value now as a graph tensor) for each tensor x is a slice of, innermost first."""
+    found = []
+    while x._is_view:
+        if x._base is None:
+            raise RuntimeError(f"an in-place operation on a view (shape {x.shape}) made by a reshape, transpose or "
+                               "similar, while the graph is recorded: the tensor it views would not see the change in "
+                               "its gradient. Change that tensor itself, or compute out of place")
+        base, index = x._base
+        if base.is_leaf and base.requires_grad:
+            raise RuntimeError(f"a view of a leaf tensor that requires grad (shape {base.shape}) is used in an "
+                               "in-place operation: do it under `with ta.no_grad():`, or on a clone()")
+        before = Tensor(base.array.copy(), requires_grad=base.requires_grad)
+        before._node = base._node
+        found.append((base, index, before))
+        x = base
+    return found
 
 
 def write(x, values):

@@ -156,7 +156,11 @@ class IndexAdd(Function):
 
 
 def getitem(x, index):
-    return GetItem.apply(x, _raw_index(index, xp_of(x.array)))
+    index = _raw_index(index, xp_of(x.array))
+    out = GetItem.apply(x, index)
+    if out._is_view:                   # basic indexing: an in-place change of out changes x too (ops/in_place.py)
+        out._base = (x, index)
+    return out
 
 
 def index_put(x, index, values):
