@@ -103,9 +103,10 @@ class FastCrossEntropy(Function):
 twins.register("cross_entropy", FastCrossEntropy, ReferenceCrossEntropy)
 
 
-def _refuse(caller, weight=None, size_average=None, reduce=None, reduction="mean", reductions=("mean", "sum", "none")):
-    """The arguments PyTorch's losses take (in PyTorch's order, so positional calls mean the same) that this one
-    does not: class weights, and size_average / reduce (deprecated in PyTorch for reduction)."""
+def _check_arguments(caller, weight=None, size_average=None, reduce=None, reduction="mean",
+                     reductions=("mean", "sum", "none")):
+    """Refuse what PyTorch's losses take (in PyTorch's order, so positional calls mean the same) but these do not:
+    class weights, and size_average / reduce (deprecated in PyTorch for reduction); check the reduction."""
     if weight is not None:
         raise NotImplementedError(f"{caller}: class weights are not supported")
     if size_average is not None or reduce is not None:
@@ -118,7 +119,7 @@ def _refuse(caller, weight=None, size_average=None, reduce=None, reduction="mean
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
                   label_smoothing=0.0):
     """PyTorch's F.cross_entropy for class-index targets: input (N, C) or (N, C, d1, ...), target (N, d1, ...)."""
-    _refuse("cross_entropy", weight, size_average, reduce, reduction)
+    _check_arguments("cross_entropy", weight, size_average, reduce, reduction)
     target_data = as_array(target)
     if target_data.dtype.kind not in "iu":
         raise TypeError(f"cross_entropy needs integer class targets, got dtype {target_data.dtype}")
@@ -149,7 +150,7 @@ def _reduced(losses, reduction):
 def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean"):
     """-input[n, target[n]] for log-probabilities input (N, C), averaged over the rows whose target is not
     ignore_index, as F.nll_loss (no class weights here)."""
-    _refuse("nll_loss", weight, size_average, reduce, reduction)
+    _check_arguments("nll_loss", weight, size_average, reduce, reduction)
     target = as_array(target)
     xp = xp_of(target)
     valid = target != ignore_index
@@ -163,7 +164,7 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
 def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
     """sum of target * (log target - input), input being log-probabilities, as F.kl_div; reduction "batchmean"
     divides by the batch size (the KL divergence proper), "mean" by the number of elements (PyTorch's default)."""
-    _refuse("kl_div", None, size_average, reduce, reduction, ("mean", "batchmean", "sum", "none"))
+    _check_arguments("kl_div", None, size_average, reduce, reduction, ("mean", "batchmean", "sum", "none"))
     if log_target:
         pointwise = ops.exp(target) * (target - input)
     else:
@@ -177,7 +178,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
                                      pos_weight=None):
     """-[t log s(x) + (1 - t) log(1 - s(x))] from logits x, computed stably as max(x, 0) - x t + log(1 + exp(-|x|));
     weight multiplies each element's loss and pos_weight the positive term, as in PyTorch."""
-    _refuse("binary_cross_entropy_with_logits", None, size_average, reduce, reduction)
+    _check_arguments("binary_cross_entropy_with_logits", None, size_average, reduce, reduction)
     softplus_neg = ops.log(1 + ops.exp(-ops.abs(input))) + ops.relu(-input)     # log(1 + exp(-x))
     if pos_weight is None:
         losses = (1 - target) * input + softplus_neg
@@ -189,7 +190,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
 
 
 def mse_loss(input, target, size_average=None, reduce=None, reduction="mean"):
-    _refuse("mse_loss", None, size_average, reduce, reduction)
+    _check_arguments("mse_loss", None, size_average, reduce, reduction)
     if tuple(input.shape) != tuple(target.shape):
         warnings.warn(f"mse_loss: a target of shape {tuple(target.shape)} that differs from the input's shape "
                       f"{tuple(input.shape)} broadcasts, which is likely not what you meant (PyTorch warns too)",
