@@ -46,7 +46,8 @@ def change_in_place(x, compute, *others):
 
 
 def _viewed_tensors(x):
-    """(tensor, index, its value now as a graph tensor) for each tensor x is a slice of, innermost first."""
+    """(tensor, index, a graph tensor carrying its history so far) for each tensor x is a slice of, innermost
+    first."""
     found = []
     while x._is_view:
         if x._base is None:
@@ -57,8 +58,8 @@ def _viewed_tensors(x):
         if base.is_leaf and base.requires_grad:
             raise RuntimeError(f"a view of a leaf tensor that requires grad (shape {base.shape}) is used in an "
                                "in-place operation: do it under `with ta.no_grad():`, or on a clone()")
-        before = Tensor(base.array.copy(), requires_grad=base.requires_grad)
-        before._node = base._node
+        before = Tensor(base.array, requires_grad=base.requires_grad)     # base's history; index_put saves no
+        before._node = base._node                                         # values, so its memory needs no copy
         found.append((base, index, before))
         x = base
     return found
