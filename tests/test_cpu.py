@@ -94,13 +94,20 @@ def test_matmuls_runs_several_products_in_one_hand_off(thread_count, count, monk
 
 
 @cpu_only
-def test_for_each_piece_puts_pieces_back_together(thread_count):
+def test_for_each_piece_fills_every_row_of_the_outputs(thread_count):
     thread_count(2)
-    x = np.arange(500.0).reshape(100, 5)
-    total, doubled = cpu.for_each_piece(lambda rows: (rows.sum(axis=1, keepdims=True), 2 * rows), x)
-    np.testing.assert_array_equal(total, x.sum(axis=1, keepdims=True))
+    x, y = np.arange(500.0).reshape(100, 5), np.ones((100, 1))
+
+    def piece(x, y, total, doubled):
+        np.add(x.sum(axis=1, keepdims=True), y, out=total)
+        np.multiply(x, 2, out=doubled)
+    outputs = [np.full((100, 1), np.nan), np.full((100, 5), np.nan)]
+    total, doubled = cpu.for_each_piece(piece, [x, y], outputs)
+    assert total is outputs[0] and doubled is outputs[1]
+    np.testing.assert_array_equal(total, x.sum(axis=1, keepdims=True) + 1)
     np.testing.assert_array_equal(doubled, 2 * x)
-    assert cpu.for_each_piece(lambda rows: rows + 1, np.zeros((0, 3))).shape == (0, 3)
+    (empty,) = cpu.for_each_piece(lambda rows, out: np.add(rows, 1, out=out), [np.zeros((0, 3))], [np.zeros((0, 3))])
+    assert empty.shape == (0, 3)
 
 
 def _forward_backward(fn, *shapes):

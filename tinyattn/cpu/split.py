@@ -98,24 +98,18 @@ def matmuls(*products):
     return outs
 
 
-def for_each_piece(fn, *arrays):
-    """fn(*arrays) for an fn that treats each row (index along the first axis) on its own, computed on cache-sized
-    pieces of rows shared among the threads, its results (an array or a tuple of them) put back together. Piece by
-    piece, a chain of elementwise passes finds its piece in cache instead of streaming the whole array each time."""
-    n = arrays[0].shape[0]
-    pieces = slices(n, max(1, CACHE_PIECE // max(1, math.prod(arrays[0].shape[1:]))))
-    if is_cupy_array(arrays[0]) or len(pieces) <= 1:
-        return fn(*arrays)
-    probe = fn(*(a[:1] for a in arrays))                # one row tells the shapes and dtypes of the results
-    single = not isinstance(probe, tuple)
-    results = tuple(xp_of(r).empty((n,) + r.shape[1:], dtype=r.dtype) for r in ((probe,) if single else probe))
-
-    def run(piece):
-        values = fn(*(a[piece] for a in arrays))
-        for result, value in zip(results, (values,) if single else values):
-            result[piece] = value
-    for_each_part(run, pieces)
-    return results[0] if single else results
+def for_each_piece(fn, inputs, outputs):
+    """fn(*inputs, *outputs) for an fn that treats each row (index along the first axis) on its own and writes its
+    results into outputs (arrays with as many rows), run on cache-sized pieces of rows shared among the threads:
+    piece by piece, a chain of elementwise passes finds its piece in cache instead of streaming the whole array each
+    time, and each piece's results land where they belong, with nothing to copy afterwards. Returns outputs."""
+    n = inputs[0].shape[0]
+    pieces = slices(n, max(1, CACHE_PIECE // max(1, math.prod(inputs[0].shape[1:]))))
+    if is_cupy_array(inputs[0]) or len(pieces) <= 1:
+        fn(*inputs, *outputs)
+    else:
+        for_each_part(lambda rows: fn(*(a[rows] for a in inputs), *(out[rows] for out in outputs)), pieces)
+    return outputs
 
 
 class AttentionPart:

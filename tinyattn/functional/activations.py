@@ -67,21 +67,30 @@ class ReferenceSiLU(Function):
         return grad * s * (1 + x * (1 - s))
 
 
-# -- the fast versions: elementwise chains on cache-sized pieces shared among the CPU threads -------------------
-def _gelu_piece(x):
-    """x Phi(x) with Phi from the fitted polynomial (cpu.normal_cdf), and the Phi(x) and exp(-x^2 / 2) that the
+# -- the fast versions: elementwise chains on cache-sized pieces shared among the CPU threads, each writing its
+# results into the arrays it is given ---------------------------------------------------------------------------
+def _gelu_piece(x, y, cdf, gauss):
+    """y = x Phi(x) with Phi from the fitted polynomial (cpu.normal_cdf), and the Phi(x) and exp(-x^2 / 2) that the
     backward needs: keeping exp(-x^2 / 2) saves computing it again."""
-    cdf, gauss = cpu.normal_cdf(x)
-    return x * cdf, cdf, gauss
+    cpu.normal_cdf(x, cdf, gauss)
+    xp_of(x).multiply(x, cdf, out=y)
 
 
-def _gelu_grad_piece(grad, x, cdf, gauss):
-    """grad * (Phi(x) + x phi(x)), built in one buffer."""
-    slope = x * gauss
+def _gelu_grad_piece(grad, x, cdf, gauss, grad_x):
+    """grad * (Phi(x) + x phi(x)), built in grad_x."""
+    slope = xp_of(x).multiply(x, gauss, out=grad_x)
     slope *= _INV_SQRT_2PI
     slope += cdf
     slope *= grad
-    return slope
+
+
+def _gelu_tanh_piece(x, y, th):
+    """The tanh form as the reference writes it, copied into y and th while the piece is in cache."""
+    y[...], th[...] = _gelu_tanh(x)
+
+
+def _gelu_tanh_grad_piece(grad, x, th, grad_x):
+    grad_x[...] = _gelu_tanh_grad(grad, x, th)
 
 
 @cpu.tuned
@@ -93,12 +102,12 @@ class FastGELU(Function):
         if ctx.fused:
             ctx.save_for_backward(x)
             return activations_kernel.gelu(x, approximate)
-        flat = x.reshape(-1)
+        flat, xp = x.reshape(-1), xp_of(x)
         if approximate == "tanh":
-            y, th = cpu.for_each_piece(_gelu_tanh, flat)
+            y, th = cpu.for_each_piece(_gelu_tanh_piece, [flat], [xp.empty_like(flat) for _ in range(2)])
             ctx.save_for_backward(x, th)
             return y.reshape(x.shape)
-        y, cdf, gauss = cpu.for_each_piece(_gelu_piece, flat)
+        y, cdf, gauss = cpu.for_each_piece(_gelu_piece, [flat], [xp.empty_like(flat) for _ in range(3)])
         ctx.save_for_backward(x, cdf, gauss)
         return y.reshape(x.shape)
 
@@ -107,8 +116,10 @@ class FastGELU(Function):
         x, *kept = ctx.saved_tensors
         if ctx.fused:
             return activations_kernel.gelu_grad(grad, x, ctx.approximate), None
-        grad_piece = _gelu_tanh_grad if ctx.approximate == "tanh" else _gelu_grad_piece
-        return cpu.for_each_piece(grad_piece, grad.reshape(-1), x.reshape(-1), *kept).reshape(x.shape), None
+        grad_piece = _gelu_tanh_grad_piece if ctx.approximate == "tanh" else _gelu_grad_piece
+        flat = x.reshape(-1)
+        (grad_x,) = cpu.for_each_piece(grad_piece, [grad.reshape(-1), flat, *kept], [xp_of(x).empty_like(flat)])
+        return grad_x.reshape(x.shape), None
 
 
 @cpu.tuned

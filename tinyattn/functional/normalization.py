@@ -1,6 +1,7 @@
 """layer_norm and rms_norm over the trailing normalized_shape dims, as PyTorch: the reference twins, then the fast
 versions. Both see x as rows: every leading dim a row, the normalised dims its n_features columns."""
 import math
+from functools import partial
 
 from .. import cpu, ops
 from ..backend import xp_of
@@ -86,34 +87,53 @@ class ReferenceRMSNorm(Function):
         return grad_x.reshape(x_shape), grad_w, None, None
 
 
-# -- the fast versions: rows in cache-sized pieces on the CPU threads (a norm treats each row on its own), means
-# as BLAS row sums, in place. The weight and bias gradients sum over all rows and come after the pieces.
-def _layer_norm_piece(rows, weight, bias, eps):
-    normed = rows - cpu.row_mean(rows)
-    rstd = 1 / xp_of(rows).sqrt(cpu.row_mean(normed * normed) + eps)
+# -- the fast versions: rows in cache-sized pieces on the CPU threads (a norm treats each row on its own), each
+# piece's results written into the arrays given, means as BLAS row sums, in place. The weight and bias gradients sum
+# over all rows and come after the pieces.
+def _affine_into(y, normed, weight, bias):
+    """y = normed * weight + bias over the feature columns (either may be absent)."""
+    if weight is None:
+        y[...] = normed
+    else:
+        xp_of(y).multiply(normed, weight.reshape(-1), out=y)
+    if bias is not None:
+        y += bias.reshape(-1)
+
+
+def _layer_norm_piece(rows, y, normed, rstd, weight, bias, eps):
+    xp = xp_of(rows)
+    xp.subtract(rows, cpu.row_mean(rows), out=normed)
+    xp.sqrt(cpu.row_mean(normed * normed) + eps, out=rstd)
+    xp.divide(1.0, rstd, out=rstd)
     normed *= rstd  # a constant row gives 0 here, not NaN: eps keeps rstd finite
-    return _affine(normed, weight, bias), normed, rstd
+    _affine_into(y, normed, weight, bias)
 
 
-def _layer_norm_grad_piece(grad, normed, rstd, weight):
+def _layer_norm_grad_piece(grad, normed, rstd, grad_x, weight):
     g = grad if weight is None else grad * weight.reshape(-1)
-    grad_x = g - cpu.row_mean(g)
+    xp_of(g).subtract(g, cpu.row_mean(g), out=grad_x)
     grad_x -= normed * cpu.row_mean(g * normed)
     grad_x *= rstd
-    return grad_x
 
 
-def _rms_norm_piece(rows, weight, eps):
-    rstd = 1 / xp_of(rows).sqrt(cpu.row_mean(rows * rows) + eps)
-    normed = rows * rstd
-    return _affine(normed, weight, None), normed, rstd
+def _rms_norm_piece(rows, y, normed, rstd, weight, eps):
+    xp = xp_of(rows)
+    xp.sqrt(cpu.row_mean(rows * rows) + eps, out=rstd)
+    xp.divide(1.0, rstd, out=rstd)
+    xp.multiply(rows, rstd, out=normed)
+    _affine_into(y, normed, weight, None)
 
 
-def _rms_norm_grad_piece(grad, normed, rstd, weight):
+def _rms_norm_grad_piece(grad, normed, rstd, grad_x, weight):
     g = grad if weight is None else grad * weight.reshape(-1)
-    grad_x = g - normed * cpu.row_mean(g * normed)
+    xp_of(g).subtract(g, normed * cpu.row_mean(g * normed), out=grad_x)
     grad_x *= rstd
-    return grad_x
+
+
+def _norm_outputs(rows):
+    """Empty arrays for a norm's pieces to fill: the output and x_hat shaped like rows, 1/std a column."""
+    xp = xp_of(rows)
+    return [xp.empty_like(rows), xp.empty_like(rows), xp.empty((rows.shape[0], 1), dtype=rows.dtype)]
 
 
 @cpu.tuned
@@ -124,8 +144,9 @@ class FastLayerNorm(Function):
         if ctx.fused:
             out, normed, rstd = normalization_kernel.layer_norm(x, weight, bias, n_features, eps)
         else:
-            out, normed, rstd = cpu.for_each_piece(lambda rows: _layer_norm_piece(rows, weight, bias, eps),
-                                                   x.reshape(-1, n_features))
+            rows = x.reshape(-1, n_features)
+            out, normed, rstd = cpu.for_each_piece(partial(_layer_norm_piece, weight=weight, bias=bias, eps=eps),
+                                                   [rows], _norm_outputs(rows))
         ctx.save_for_backward(normed, rstd, weight)
         ctx.shapes = _shapes(x, weight, bias)
         return out.reshape(x.shape)
@@ -138,7 +159,8 @@ class FastLayerNorm(Function):
         if ctx.fused:
             grad_x = normalization_kernel.layer_norm_grad(grad, normed, rstd, weight)
         else:
-            grad_x = cpu.for_each_piece(lambda *rows: _layer_norm_grad_piece(*rows, weight), grad, normed, rstd)
+            (grad_x,) = cpu.for_each_piece(partial(_layer_norm_grad_piece, weight=weight), [grad, normed, rstd],
+                                           [xp_of(grad).empty_like(normed)])
         return (grad_x.reshape(x_shape), *_affine_grads(grad, normed, weight_shape, bias_shape, cpu.leading_axes_sum),
                 None, None)
 
@@ -147,8 +169,9 @@ class FastLayerNorm(Function):
 class FastRMSNorm(Function):
     @staticmethod
     def forward(ctx, x, weight, n_features, eps):
-        out, normed, rstd = cpu.for_each_piece(lambda rows: _rms_norm_piece(rows, weight, eps),
-                                               x.reshape(-1, n_features))
+        rows = x.reshape(-1, n_features)
+        out, normed, rstd = cpu.for_each_piece(partial(_rms_norm_piece, weight=weight, eps=eps), [rows],
+                                               _norm_outputs(rows))
         ctx.save_for_backward(normed, rstd, weight)
         ctx.shapes = _shapes(x, weight, None)
         return out.reshape(x.shape)
@@ -158,7 +181,8 @@ class FastRMSNorm(Function):
         normed, rstd, weight = ctx.saved_tensors
         x_shape, weight_shape, _ = ctx.shapes
         grad = grad.reshape(normed.shape)
-        grad_x = cpu.for_each_piece(lambda *rows: _rms_norm_grad_piece(*rows, weight), grad, normed, rstd)
+        (grad_x,) = cpu.for_each_piece(partial(_rms_norm_grad_piece, weight=weight), [grad, normed, rstd],
+                                       [xp_of(grad).empty_like(normed)])
         grad_w, _ = _affine_grads(grad, normed, weight_shape, None, cpu.leading_axes_sum)
         return grad_x.reshape(x_shape), grad_w, None, None
 
