@@ -141,6 +141,23 @@ def test_layers_give_the_same_answers_on_one_thread_or_three(thread_count, name,
 
 
 @cpu_only
+def test_attention_parts_leave_out_the_keys_a_boolean_mask_hides(monkeypatch, thread_count):
+    thread_count(2)
+    monkeypatch.setattr(split, "MASKED_ROWS", 4)
+    causal = np.tril(np.ones((10, 10), dtype=bool))
+    parts = split.attention_parts((3, 2), 10, 10, causal, causal)
+    assert [(p.rows, p.seen.stop) for p in parts[::2]] == [(slice(0, 4), 4), (slice(4, 8), 8), (slice(8, 10), 10)]
+    hidden_start = causal.copy()
+    hidden_start[:4] = False                                  # the first block may see no key at all
+    assert [p.seen.stop for p in split.attention_parts((1, 2), 10, 10, causal, hidden_start)] == [0, 8, 10]
+    padding = np.ones((4, 1, 1, 10), dtype=bool)
+    padding[:2, ..., 6:] = False                              # entries 0 and 1 hold 6 keys, 2 and 3 hold 10
+    assert [p.seen.stop for p in split.attention_parts((4, 2), 10, 10, padding, padding)] == [6, 10]
+    float_mask = np.zeros((10, 10))
+    assert all(p.seen.stop is None for p in split.attention_parts((3, 2), 10, 10, float_mask, float_mask))
+
+
+@cpu_only
 def test_matmul_adds_the_bias_to_every_row(thread_count):
     thread_count(2)
     rng = np.random.default_rng(1)

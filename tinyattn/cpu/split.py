@@ -17,6 +17,9 @@ CACHE_PIECE = 1 << 18
 # Below this many multiply-adds a matrix product is not worth handing to other threads.
 MIN_SHARED_MATMUL = 1 << 21
 
+# Under a causal mask, attention works in blocks of this many query rows, each over only the keys it may see.
+MASKED_ROWS = 64
+
 # Attention parts hold this many scores (2 MiB of float32) when the work is large enough to cut that fine.
 SCORES_PER_PART = 1 << 19
 
@@ -113,36 +116,70 @@ def for_each_piece(fn, inputs, outputs):
 
 
 class AttentionPart:
-    """Some batch entries (along the first batch axis) and some query rows of attention's work.
+    """Some batch entries (along the first batch axis), some query rows, and the keys those rows may see.
 
     Arrays that broadcast along those axes (a (1, 1, S) padding mask, keys shared by a batch) are taken whole along
-    them. queries(x) is x's share for arrays with a query-row axis (q, scores, masks, outputs), keys(x) for arrays
-    whose rows are keys (k, v): every query row reads all of them.
+    them. queries(x) is x's share for arrays with a query-row axis (q, outputs), scores(x) for those whose rows are
+    scores over the keys (masks, dropout's keep), keys(x) for arrays whose rows are keys (k, v). Keys that a boolean
+    mask hides from every query row of the part are left out (n_seen: the part sees keys 0 .. n_seen - 1).
     """
 
-    def __init__(self, entries, rows, batch_ndim, n_rows):
+    def __init__(self, entries, rows, batch_ndim, n_rows, n_seen=None):
         self.entries, self.rows, self.batch_ndim, self.n_rows = entries, rows, batch_ndim, n_rows
+        self.seen = slice(None, n_seen)
 
-    def keys(self, x):
+    def _entries(self, x):
         if x is None or x.ndim - 2 != self.batch_ndim or x.shape[0] == 1:
             return x
         return x[self.entries]
 
+    def keys(self, x):
+        x = self._entries(x)
+        return x if x is None else x[..., self.seen, :]
+
     def queries(self, x):
-        x = self.keys(x)
+        x = self._entries(x)
         return x if x is None or x.shape[-2] != self.n_rows else x[..., self.rows, :]
 
+    def scores(self, x):
+        x = self.queries(x)
+        return x if x is None else x[..., self.seen]
 
-def attention_parts(batch_shape, n_rows, n_keys, like):
+
+def _keys_seen(mask):
+    """How many keys, from the first, some query row of a boolean mask's share may see: the keys after the last one
+    any of its rows may see are masked for all of them."""
+    seen = mask.reshape(-1, mask.shape[-1]).any(axis=0)
+    if seen.shape[0] == 1:                              # a mask that broadcasts along the keys
+        return None if seen[0] else 0
+    last = xp_of(mask).flatnonzero(seen)
+    return int(last[-1]) + 1 if last.size else 0
+
+
+def attention_parts(batch_shape, n_rows, n_keys, like, mask=None):
     """Attention's independent parts of work. Along the first batch axis where there is one: as few entries per
     part as keep its scores near SCORES_PER_PART (in cache), but no more parts than the threads need when the work is
-    small (each part costs Python time). Else the query rows, cut among the threads. On the GPU, one part: all."""
-    whole = slice(None)
+    small (each part costs Python time). Else the query rows, cut among the threads. On the GPU, one part: all.
+
+    With a boolean mask, each part leaves out the keys its rows may not see; where that differs from row to row (a
+    causal mask), the query rows come in blocks of MASKED_ROWS, and each block computes only the scores up to the last
+    key it may see: for causal attention, about half of them.
+    """
+    whole, batch_ndim = slice(None), len(batch_shape)
     if is_cupy_array(like):
-        return [AttentionPart(whole, whole, len(batch_shape), n_rows)]
+        return [AttentionPart(whole, whole, batch_ndim, n_rows)]
     if batch_shape and batch_shape[0] > 1:
         scores_per_entry = max(1, math.prod(batch_shape[1:]) * n_rows * n_keys)
         per_part = min(-(-batch_shape[0] // get_num_threads()), max(1, SCORES_PER_PART // scores_per_entry))
-        return [AttentionPart(entries, whole, len(batch_shape), n_rows)
-                for entries in slices(batch_shape[0], per_part)]
-    return [AttentionPart(whole, rows, len(batch_shape), n_rows) for rows in one_slice_per_thread(n_rows)]
+        entries, rows = slices(batch_shape[0], per_part), [whole]
+    else:
+        entries, rows = [whole], one_slice_per_thread(n_rows)
+    if mask is None or mask.dtype != bool:
+        return [AttentionPart(e, r, batch_ndim, n_rows) for r in rows for e in entries]
+    blocks = slices(n_rows, MASKED_ROWS)
+    seen = [[_keys_seen(AttentionPart(e, b, batch_ndim, n_rows).queries(mask)) for b in blocks] for e in entries]
+    if all(len(set(row)) == 1 for row in seen):           # the same keys for every row (a padding mask)
+        return [AttentionPart(e, r, batch_ndim, n_rows, row[0]) for r in rows for e, row in zip(entries, seen)]
+    # block by block, then entry by entry: dealt round-robin, every thread gets its share of each block
+    return [AttentionPart(e, b, batch_ndim, n_rows, seen[i][j]) for j, b in enumerate(blocks)
+            for i, e in enumerate(entries)]

@@ -58,8 +58,10 @@ class ReferenceScaledDotProductAttention(Function):
 class FastScaledDotProductAttention(Function):
     """The same math in place on the scores, each part of the batch (or of the query rows) on a CPU thread with a
     score array of its own: one array for all of them would often be over 32 MiB, and glibc gives arrays that
-    large fresh pages from the OS on every call. The backward uses rowsum(dP * P) = rowsum(dO * O) (FlashAttention's
-    identity, dropout included): a sum over Ev values per row instead of over S."""
+    large fresh pages from the OS on every call. A part leaves out the keys a boolean mask hides from all its query
+    rows (under a causal mask, about half the scores: cpu.attention_parts). The backward uses
+    rowsum(dP * P) = rowsum(dO * O) (FlashAttention's identity, dropout included): a sum over Ev values per row
+    instead of over S."""
 
     @staticmethod
     def forward(ctx, q, k, v, mask, scale, dropout_p, enable_gqa):
@@ -71,14 +73,14 @@ class FastScaledDotProductAttention(Function):
 
         def attend(part):                                    # P = softmax(scale q k^T + mask), O = P V
             p = part.queries(q) * scale @ xp.swapaxes(part.keys(k), -1, -2)
-            bias = additive_mask(part.queries(mask), q.dtype)
+            bias = additive_mask(part.scores(mask), q.dtype)
             if bias is not None:
                 p += bias
             softmax_in_place(p)
-            dropped = p if keep is None else p * part.queries(keep) * (1.0 / (1.0 - dropout_p))
+            dropped = p if keep is None else p * part.scores(keep) * (1.0 / (1.0 - dropout_p))
             xp.matmul(dropped, part.keys(v), out=part.queries(out))
             return p
-        ctx.parts = cpu.attention_parts(batch, n_rows, n_keys, q)
+        ctx.parts = cpu.attention_parts(batch, n_rows, n_keys, q, mask)
         probs = cpu.for_each_part(attend, ctx.parts)
         ctx.save_for_backward(q, k, v, keep, out, *probs)
         ctx.scale, ctx.dropout_p, ctx.groups = scale, dropout_p, groups
@@ -96,17 +98,17 @@ class FastScaledDotProductAttention(Function):
             part, p = part_and_p
             grad_k, grad_v = sums
             g = part.queries(grad)
-            dropped = p if keep is None else p * part.queries(keep) * (1.0 / (1.0 - ctx.dropout_p))
+            dropped = p if keep is None else p * part.scores(keep) * (1.0 / (1.0 - ctx.dropout_p))
             part.keys(grad_v)[...] += xp.swapaxes(dropped, -1, -2) @ g
             grad_s = g @ xp.swapaxes(part.keys(v), -1, -2)          # dP, made dS in place
             if keep is not None:
-                grad_s *= part.queries(keep)
+                grad_s *= part.scores(keep)
                 grad_s *= 1.0 / (1.0 - ctx.dropout_p)
             grad_s -= (g * part.queries(out)).sum(axis=-1, keepdims=True)
             grad_s *= p
             xp.matmul(grad_s, part.keys(k), out=part.queries(grad_q))
             part.keys(grad_k)[...] += xp.swapaxes(grad_s, -1, -2) @ part.queries(q)
-            if grad_mask is not None:
+            if grad_mask is not None:                       # a float mask: every part sees every key
                 part.queries(grad_mask)[...] = grad_s
 
         def zero_sums():
