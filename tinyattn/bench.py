@@ -5,6 +5,7 @@ Every measurement runs in its own process (peak resident memory, ru_maxrss, only
 that from an environment that has it (it is never a dependency of tinyattn).
 """
 import argparse
+import contextlib
 import json
 import resource
 import statistics
@@ -70,11 +71,13 @@ def attention_step(work, args):
             sdpa(q, k, v, is_causal=args.causal, enable_gqa=gqa).sum().backward()
     else:
         import tinyattn.functional as F
-        attend = F.scaled_dot_product_attention if args.impl == "naive" else F.flash_attention
-        extra = {} if args.impl == "naive" else {"block_size": args.block_size, "fused": None if args.impl == "flash" else False}
+        sdpa = args.impl in ("naive", "reference")
+        attend = F.scaled_dot_product_attention if sdpa else F.flash_attention
+        extra = {} if sdpa else {"block_size": args.block_size, "fused": None if args.impl == "flash" else False}
 
         def step():
-            attend(q, k, v, is_causal=args.causal, enable_gqa=gqa, **extra).sum().backward()
+            with F.reference() if args.impl == "reference" else contextlib.nullcontext():
+                attend(q, k, v, is_causal=args.causal, enable_gqa=gqa, **extra).sum().backward()
     flops = 4 * args.batch * args.heads * args.n * args.n * args.dim * (0.5 if args.causal else 1.0) * 3.5
     return step, {"approx_flops": flops}
 
@@ -217,9 +220,11 @@ def parse(argv):
     common.add_argument("--framework", default="tinyattn", choices=["tinyattn", "torch"])
     common.add_argument("--warmup", type=int, default=1)
     attention = sub.add_parser("attention", parents=[common], help="forward+backward of float32 attention")
-    attention.add_argument("--impl", default="flash", choices=["flash", "blockwise", "naive"],
+    attention.add_argument("--impl", default="flash", choices=["flash", "blockwise", "naive", "reference"],
                            help="flash: the fused CUDA kernels where they apply (on the GPU), else blockwise; "
-                                "blockwise: flash attention in array ops; naive: the full score matrix")
+                                "blockwise: flash attention in array ops; naive: F.scaled_dot_product_attention, "
+                                "the score matrix in parts (leaving out keys a causal mask hides); reference: its "
+                                "reference twin, the whole score matrix at once")
     attention.add_argument("--n", type=int, default=1024)
     attention.add_argument("--heads", type=int, default=8)
     attention.add_argument("--kv-heads", type=int, default=None)
