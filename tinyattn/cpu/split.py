@@ -75,8 +75,8 @@ def _worth_sharing(a, b):
 def matmuls(*products):
     """[a @ b (+ bias) for each (a, b) or (a, b, bias) in products] (None for a product given as None), all in one
     hand-off to the threads: each shared product's rows are cut into (threads / products) slices, so two products on
-    two threads run whole, one on each thread (BLAS at full size, one wait instead of two). Small products and GPU
-    arrays run as they are."""
+    two threads run whole, one on each thread (BLAS at full size, one wait instead of two), the first one on the
+    calling thread. Small products and GPU arrays run as they are."""
     products = [None if p is None else (p[0], p[1], p[2] if len(p) > 2 else None) for p in products]
     shared = {i for i, p in enumerate(products) if p is not None and _worth_sharing(p[0], p[1])}
     slices_each = max(1, get_num_threads() // max(1, len(shared)))
