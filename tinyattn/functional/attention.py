@@ -104,7 +104,7 @@ class FastScaledDotProductAttention(Function):
             if keep is not None:
                 grad_s *= part.scores(keep)
                 grad_s *= 1.0 / (1.0 - ctx.dropout_p)
-            grad_s -= (g * part.queries(out)).sum(axis=-1, keepdims=True)
+            grad_s -= cpu.last_axis_sum(g * part.queries(out))
             grad_s *= p
             xp.matmul(grad_s, part.keys(k), out=part.queries(grad_q))
             part.keys(grad_k)[...] += xp.swapaxes(grad_s, -1, -2) @ part.queries(q)

@@ -174,7 +174,7 @@ class FastFlashAttention(Function):
         scale, is_causal, block_size, groups = ctx.options
         xp = xp_of(grad)
         grad = grad.reshape(out.shape)
-        delta = (grad * out).sum(axis=-1, keepdims=True)                 # D = rowsum(dO * O)
+        delta = cpu.last_axis_sum(grad * out)                                # D = rowsum(dO * O)
         q_aug = xp.empty(out.shape[:-1] + (q.shape[-1] + 1,), dtype=q.dtype)     # [q * scale, -lse], filled in place
         q_aug[..., :-1] = q
         q_aug[..., :-1] *= scale
