@@ -200,6 +200,19 @@ def test_flash_attention_both_paths_equal_reference_attention(data):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10)
 
 
+def test_attention_over_no_keys_and_with_masks_of_fewer_than_two_dims():
+    rng = np.random.default_rng(3)
+    q = tensor(rng, 2, 3, 5, 4)
+    k, v = tensor(rng, 2, 3, 0, 4), tensor(rng, 2, 3, 0, 4)
+    assert_paths_agree(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), [q, k, v])
+    k, v = tensor(rng, 2, 3, 6, 4), tensor(rng, 2, 3, 6, 4)
+    for mask in (ta.tensor(np.array([True] * 4 + [False] * 2)), ta.tensor(True)):  # a row of keys, one flag
+        assert_paths_agree(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask), [q, k, v])
+        assert_paths_agree(lambda q, k, v: F.flash_attention(q, k, v, attn_mask=mask, block_size=4), [q, k, v])
+    bias = tensor(rng, 6)                                                     # a learned bias per key gets dS
+    assert_paths_agree(lambda q, k, v, b: F.scaled_dot_product_attention(q, k, v, attn_mask=b), [q, k, v, bias])
+
+
 # -- every twin gradchecks, and every twin is tested above ---------------------------------------------------------
 def _small(rng, *shape):
     return tensor(rng, *shape)

@@ -54,6 +54,14 @@ def check_mask_choice(attn_mask, is_causal):
         raise ValueError("pass either attn_mask or is_causal=True, not both (combine them into one mask)")
 
 
+def with_row_and_key_axes(mask):
+    """A mask of fewer than 2 dims (a (S,) row of keys, a 0-d flag) as (1, S) or (1, 1): it broadcasts the same,
+    and the Functions index its query-row and key axes. Works on arrays and tensors alike."""
+    if mask is None or mask.ndim >= 2:
+        return mask
+    return mask.reshape((1,) * (2 - mask.ndim) + tuple(mask.shape))
+
+
 def attention_mask(attn_mask, is_causal, query_len, key_len, like):
     """The one mask attention applies: attn_mask, or the causal mask for is_causal."""
     check_mask_choice(attn_mask, is_causal)

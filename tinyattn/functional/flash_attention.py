@@ -7,7 +7,7 @@ from ..backend import broadcast_shapes, xp_of
 from ..tensor import Function, Tensor
 from . import flash_kernel, twins
 from .attention_inputs import (additive_mask, check_attention_inputs, check_mask_choice, default_scale, group_heads,
-                               group_size, merge_heads, split_heads, ungroup_grad)
+                               group_size, merge_heads, split_heads, ungroup_grad, with_row_and_key_axes)
 
 
 def _blocks(n, block_size):
@@ -234,6 +234,7 @@ def flash_attention(query, key, value, attn_mask=None, is_causal=False, scale=No
             raise ValueError("flash_attention does not differentiate a float attn_mask; use "
                              "scaled_dot_product_attention for a learned bias")
         attn_mask = attn_mask.array
+    attn_mask = with_row_and_key_axes(attn_mask)
     if block_size < 1:
         raise ValueError(f"block_size must be positive, got {block_size}")
     scale = default_scale(query, scale)
