@@ -330,6 +330,10 @@ def test_type_promotion_follows_pytorch():
         ta.randn(2, 3) @ ta.randn(3, 2, dtype="float64")
     with pytest.raises(RuntimeError, match="one dtype"):
         nn.Linear(3, 2)(ta.randn(4, 3, dtype="float64"))
+    with pytest.raises(RuntimeError, match="layer_norm needs one dtype: input float64, weight float32"):
+        nn.LayerNorm(3)(ta.randn(4, 3, dtype="float64"))
+    with pytest.raises(RuntimeError, match="rms_norm needs one dtype"):
+        F.rms_norm(ta.randn(4, 3), (3,), ta.ones(3, dtype="float64"))
 
 
 # 10. optimizers and clipping ---------------------------------------------------------------------------------
