@@ -71,9 +71,9 @@ def attention_step(work, args):
             sdpa(q, k, v, is_causal=args.causal, enable_gqa=gqa).sum().backward()
     else:
         import tinyattn.functional as F
-        sdpa = args.impl in ("naive", "reference")
-        attend = F.scaled_dot_product_attention if sdpa else F.flash_attention
-        extra = {} if sdpa else {"block_size": args.block_size, "fused": None if args.impl == "flash" else False}
+        plain = args.impl in ("naive", "reference")                   # scaled_dot_product_attention, not flash
+        attend = F.scaled_dot_product_attention if plain else F.flash_attention
+        extra = {} if plain else {"block_size": args.block_size, "fused": None if args.impl == "flash" else False}
 
         def step():
             with F.reference() if args.impl == "reference" else contextlib.nullcontext():
@@ -223,8 +223,9 @@ def parse(argv):
     attention.add_argument("--impl", default="flash", choices=["flash", "blockwise", "naive", "reference"],
                            help="flash: the fused CUDA kernels where they apply (on the GPU), else blockwise; "
                                 "blockwise: flash attention in array ops; naive: F.scaled_dot_product_attention, "
-                                "the score matrix in parts (leaving out keys a causal mask hides); reference: its "
-                                "reference twin, the whole score matrix at once")
+                                "the score matrix in parts on the CPU (leaving out keys a causal mask hides); "
+                                "reference: its reference twin, the whole score matrix at once (the torch peer "
+                                "always runs its own SDPA)")
     attention.add_argument("--n", type=int, default=1024)
     attention.add_argument("--heads", type=int, default=8)
     attention.add_argument("--kv-heads", type=int, default=None)
