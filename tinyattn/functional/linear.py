@@ -1,5 +1,5 @@
 """linear: y = x W^T + b with W shaped (out_features, in_features), as nn.Linear."""
-from .. import cpu
+from .. import cpu, ops
 from ..tensor import Function
 from . import twins
 
@@ -53,9 +53,7 @@ twins.register("linear", FastLinear, ReferenceLinear)
 
 
 def linear(input, weight, bias=None):
-    if input.dtype != weight.dtype or (bias is not None and bias.dtype != weight.dtype):
-        raise RuntimeError(f"linear needs one dtype: input {input.dtype}, weight {weight.dtype}"
-                           + (f", bias {bias.dtype}" if bias is not None else "") + " (cast with .to(dtype))")
+    ops.check_one_dtype("linear", input, weight=weight, bias=bias)
     if input.shape[-1] != weight.shape[-1]:
         raise ValueError(f"linear: input's last dim {input.shape[-1]} does not match weight shape "
                          f"{weight.shape} (out_features, in_features)")

@@ -199,23 +199,14 @@ def _n_features(x, normalized_shape):
     return math.prod(normalized_shape)
 
 
-def _check_one_dtype(caller, input, **parameters):
-    """Refuse a weight or bias of another dtype than the input, as PyTorch does (the result would take one of
-    them silently)."""
-    other = {name: p.dtype for name, p in parameters.items() if p is not None and p.dtype != input.dtype}
-    if other:
-        raise RuntimeError(f"{caller} needs one dtype: input {input.dtype}, "
-                           + ", ".join(f"{name} {dtype}" for name, dtype in other.items()) + " (cast with .to(dtype))")
-
-
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
-    _check_one_dtype("layer_norm", input, weight=weight, bias=bias)
+    ops.check_one_dtype("layer_norm", input, weight=weight, bias=bias)
     return twins.implementation("layer_norm").apply(input, weight, bias, _n_features(input, normalized_shape), eps)
 
 
 def rms_norm(input, normalized_shape, weight=None, eps=None):
     """x / sqrt(mean(x^2) + eps) * weight; eps=None uses the dtype's machine epsilon, as PyTorch."""
-    _check_one_dtype("rms_norm", input, weight=weight)
+    ops.check_one_dtype("rms_norm", input, weight=weight)
     if eps is None:
         eps = float(xp_of(input.array).finfo(input.dtype).eps)
     return twins.implementation("rms_norm").apply(input, weight, _n_features(input, normalized_shape), eps)

@@ -39,3 +39,12 @@ def result_dtype(*operands):
         if same:
             return backend.numpy.result_type(*same)
     return (backend.bool_, backend.int64, get_default_dtype())[top]
+
+
+def check_one_dtype(caller, input, **parameters):
+    """Refuse parameters (a weight, a bias) of another dtype than the input, naming each, as PyTorch does: the
+    result would silently take one dtype or the other."""
+    other = {name: p.dtype for name, p in parameters.items() if p is not None and p.dtype != input.dtype}
+    if other:
+        raise RuntimeError(f"{caller} needs one dtype: input {input.dtype}, "
+                           + ", ".join(f"{name} {dtype}" for name, dtype in other.items()) + " (cast with .to(dtype))")
