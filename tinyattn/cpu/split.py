@@ -180,10 +180,12 @@ def attention_parts(batch_shape, n_rows, n_keys, like, mask=None):
     if mask is None or mask.dtype != bool:
         return [AttentionPart(e, r, batch_ndim, n_rows) for r in rows for e in entries]
     blocks = slices(n_rows, MASKED_ROWS)
-    same_for_every_entry = mask.ndim - 2 != batch_ndim or mask.shape[0] == 1
-    seen = [[_keys_seen(AttentionPart(e, b, batch_ndim, n_rows).queries(mask)) for b in blocks]
-            for e in (entries[:1] if same_for_every_entry else entries)]
-    seen *= len(entries) if same_for_every_entry else 1
+    def seen_by_block(e):
+        return [_keys_seen(AttentionPart(e, b, batch_ndim, n_rows).queries(mask)) for b in blocks]
+    if mask.ndim - 2 != batch_ndim or mask.shape[0] == 1:     # the same mask for every entry: count once
+        seen = [seen_by_block(entries[0])] * len(entries)
+    else:
+        seen = [seen_by_block(e) for e in entries]
     if all(len(set(row)) == 1 for row in seen):           # the same keys for every row (a padding mask)
         return [AttentionPart(e, r, batch_ndim, n_rows, row[0]) for r in rows for e, row in zip(entries, seen)]
     # block by block, then entry by entry: dealt round-robin, every thread gets its share of each block

@@ -60,9 +60,8 @@ class FastScaledDotProductAttention(Function):
     score array of its own: one array for all of them would often be over 32 MiB, and glibc gives arrays that
     large fresh pages from the OS on every call. A part leaves out the keys a boolean mask hides from all its query
     rows (under a causal mask, 3/4 of the scores at T=128, approaching half for long sequences:
-    cpu.attention_parts). The backward uses
-    rowsum(dP * P) = rowsum(dO * O) (FlashAttention's identity, dropout included): a sum over Ev values per row
-    instead of over S."""
+    cpu.attention_parts). The backward uses rowsum(dP * P) = rowsum(dO * O) (FlashAttention's identity, dropout
+    included): a sum over Ev values per row instead of over S."""
 
     @staticmethod
     def forward(ctx, q, k, v, mask, scale, dropout_p, enable_gqa):
