@@ -28,6 +28,12 @@ def title(path):
     return os.path.basename(path)
 
 
+def usage_error(message):
+    """A command line the lessons cannot run: one line on stderr, exit code 2 (as argparse's errors)."""
+    print(f"usage: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def main(argv):
     if argv[:1] in (["exercises"], ["check"]):
         from lessons import checker
@@ -44,7 +50,11 @@ def main(argv):
         sys.exit(f"no lesson {number!r}; python -m lessons lists them")
     if "--notebook" in rest:
         from lessons.notebook import write_notebook
-        out = rest[rest.index("--out") + 1] if "--out" in rest else None
+        out = None
+        if "--out" in rest:
+            out = (rest[rest.index("--out") + 1:] or [""])[0]
+            if not out or out.startswith("-"):
+                usage_error(f"python -m lessons {number} --notebook [--out DIR]: --out needs the folder to write to")
         print(f"wrote {write_notebook(matches[0], out)}")
     elif "--step" in rest:
         from lessons import stepper

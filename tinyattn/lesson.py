@@ -5,6 +5,7 @@ what the run ran on, progress bars, and the closing RESULT line.
 `from tinyattn.lesson import options, plot_path, progress, report` at the top of a lesson.
 """
 import argparse
+import difflib
 import json
 import os
 import sys
@@ -21,20 +22,28 @@ def _plots():
     return os.path.join(ROOT if os.path.isdir(LESSONS) else os.getcwd(), "plots")
 
 
-def options(description=""):
+def options(description="", arguments=()):
     """The lesson's command line. --quick (or TINYATTN_QUICK=1): a tiny configuration for smoke tests (seconds);
     otherwise the real one (minutes on 2 CPU cores). --seed N seeds tinyattn's generators; lessons seed their own
     from args.seed too. Figures go to plots/runs/ (plots/runs/quick/ for quick runs), which git ignores, so a run
     leaves the repository as it was; --gallery writes them to plots/, the README's gallery (for the maintainer who
-    refreshes it from default runs). The first line printed says what the run runs on."""
+    refreshes it from default runs). arguments: the lesson's own options, each a pair (flag, argparse settings),
+    e.g. ("--steps", dict(type=int, default=100, help="training steps")). An option the lesson does not have stops
+    the run with one line naming it (exit 2), except inside a notebook kernel, whose own arguments are not ours.
+    The first line printed says what the run runs on."""
+    every = [("--quick", dict(action="store_true", default=os.environ.get("TINYATTN_QUICK") == "1",
+                              help="tiny configuration that finishes in seconds (also: TINYATTN_QUICK=1)")),
+             ("--seed", dict(type=int, default=int(os.environ.get("TINYATTN_SEED", 0)),
+                             help="seed of every random draw of the run (default 0)")),
+             ("--gallery", dict(action="store_true", help="write the figures to plots/, the README's gallery")),
+             ("--plots", dict(default=os.environ.get("TINYATTN_PLOTS"), help="folder for the figures")),
+             *arguments]
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--quick", action="store_true", default=os.environ.get("TINYATTN_QUICK") == "1",
-                        help="tiny configuration that finishes in seconds (also: TINYATTN_QUICK=1)")
-    parser.add_argument("--seed", type=int, default=int(os.environ.get("TINYATTN_SEED", 0)),
-                        help="seed of every random draw of the run (default 0)")
-    parser.add_argument("--gallery", action="store_true", help="write the figures to plots/, the README's gallery")
-    parser.add_argument("--plots", default=os.environ.get("TINYATTN_PLOTS"), help="folder for the figures")
-    args, _ = parser.parse_known_args()   # tolerate a notebook kernel's own arguments
+    for flag, settings in every:
+        parser.add_argument(flag, **settings)
+    args, unknown = parser.parse_known_args()
+    if unknown and "ipykernel" not in sys.modules:
+        _refuse_unknown(parser, unknown, [flag for flag, _ in every])
     plots = _plots()
     runs = os.path.join(plots, "runs")
     args.plots = args.plots or (plots if args.gallery else os.path.join(runs, "quick") if args.quick else runs)
@@ -49,6 +58,16 @@ def options(description=""):
     if note:
         print(note, flush=True)
     return args
+
+
+def _refuse_unknown(parser, unknown, flags):
+    """Stop with one line naming the first argument that is none of flags (and the flag it resembles): a misspelt
+    --quick must not run the full lesson. Exit code 2, as argparse's own errors."""
+    near = difflib.get_close_matches(unknown[0].split("=")[0], flags, n=1)
+    hint = f"did you mean {near[0]}? " if near else ""
+    kind = "option" if unknown[0].startswith("-") else "argument"
+    parser.exit(2, f"{parser.prog}: unknown {kind} {unknown[0]}; {hint}the options are {', '.join(flags)} "
+                   f"(--help says what they do)\n")
 
 
 def plot_path(args, name):

@@ -1,0 +1,47 @@
+"""The lessons' command line refuses what it cannot do with one line and exit code 2, instead of a traceback or a
+silent full run."""
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from tinyattn import lesson
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def run(*argv, tmp_path):
+    env = {**os.environ, "TINYATTN_PLOTS": str(tmp_path)}
+    return subprocess.run([sys.executable, "-m", "lessons", *argv], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120, stdin=subprocess.DEVNULL)
+
+
+def test_a_misspelt_option_stops_the_lesson_naming_it(tmp_path):
+    result = run("02", "--quik", tmp_path=tmp_path)
+    assert result.returncode == 2 and result.stdout == ""                  # nothing ran: no first line either
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]  # one line
+    assert "unknown option --quik; did you mean --quick?" in result.stderr
+
+
+def test_notebook_out_without_a_folder_prints_usage(tmp_path):
+    for argv in (["03", "--notebook", "--out"], ["03", "--notebook", "--out", "--quick"]):
+        result = run(*argv, tmp_path=tmp_path)
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        assert "usage: python -m lessons 03 --notebook [--out DIR]" in result.stderr
+
+
+def test_a_notebook_kernels_own_arguments_are_ignored_and_a_lessons_own_options_join(monkeypatch, tmp_path):
+    monkeypatch.setenv("TINYATTN_PLOTS", str(tmp_path))
+    monkeypatch.setattr(lesson.cpu, "tune_allocator", lambda: None)       # the test process keeps its allocator
+    monkeypatch.delitem(sys.modules, "ipykernel", raising=False)
+    monkeypatch.setattr(sys, "argv", ["ipykernel_launcher.py", "-f", "/tmp/kernel-1.json"])
+    with pytest.raises(SystemExit) as stopped:
+        lesson.options()
+    assert stopped.value.code == 2
+    monkeypatch.setitem(sys.modules, "ipykernel", object())                 # as inside a kernel
+    assert lesson.options().quick is False
+    monkeypatch.setattr(sys, "argv", ["99_lesson.py", "--steps", "7", "--quick"])
+    args = lesson.options(arguments=[("--steps", dict(type=int, default=100))])
+    assert (args.steps, args.quick) == (7, True)
