@@ -24,7 +24,7 @@ import numpy as np
 
 import tinyattn as ta
 import tinyattn.functional as F
-from tinyattn import models, nn, optim
+from tinyattn import lesson, models, nn, optim
 
 LESSONS = pathlib.Path(__file__).resolve().parent
 EXERCISES = LESSONS / "exercises"
@@ -638,8 +638,17 @@ def check(name, path):
     return True
 
 
+def say_where_tinyattn_is():
+    """The first line: the folder tinyattn was imported from, and a warning when it is not this repository's."""
+    print(f"tinyattn {ta.__version__} imported from {lesson.PACKAGE}")
+    warning = lesson.another_clone(__file__)
+    if warning:
+        print(warning)
+
+
 def main(argv):
     """`exercises` or `check NAME [--file PATH] [--solution]`; returns the exit code."""
+    say_where_tinyattn_is()
     if argv[:1] == ["exercises"]:
         return list_exercises()
     parser = argparse.ArgumentParser(prog="python -m lessons check", description="grade an exercise")

@@ -45,3 +45,16 @@ def test_a_notebook_kernels_own_arguments_are_ignored_and_a_lessons_own_options_
     monkeypatch.setattr(sys, "argv", ["99_lesson.py", "--steps", "7", "--quick"])
     args = lesson.options(arguments=[("--steps", dict(type=int, default=100))])
     assert (args.steps, args.quick) == (7, True)
+
+
+def test_the_first_line_names_the_package_folder_and_warns_when_it_is_another_clones(tmp_path):
+    package = str(ROOT / "tinyattn")
+    first = subprocess.run([sys.executable, str(ROOT / "lessons" / "03_self_attention.py"), "--quick", "--plots",
+                            str(tmp_path)], cwd=tmp_path, capture_output=True, text=True, timeout=120).stdout
+    assert first.splitlines()[0].endswith(f"imported from {package}") and "warning" not in first
+    checked = run("check", "online_softmax", "--solution", tmp_path=tmp_path).stdout
+    assert checked.splitlines()[0].startswith("tinyattn ") and checked.splitlines()[0].endswith(f"from {package}")
+    assert lesson.another_clone(str(ROOT / "lessons" / "06_gpt.py")) is None
+    assert lesson.another_clone("ipykernel_launcher.py") is None                  # a notebook: no repository
+    warning = lesson.another_clone("/elsewhere/clone/lessons/06_gpt.py")
+    assert warning.startswith(f"warning: tinyattn is imported from {package}, not from /elsewhere/clone")

@@ -1,6 +1,6 @@
 """What every lesson shares, as a module of the package so a lesson runs the same as a script, stepped cell by cell,
 or as a notebook saved anywhere: its command line (--quick, --seed, --gallery), where figures go, the line that says
-what the run ran on, progress bars, and the closing RESULT line.
+what the run ran on (and which tinyattn folder it imported), progress bars, and the closing RESULT line.
 
 `from tinyattn.lesson import options, plot_path, progress, report` at the top of a lesson.
 """
@@ -13,7 +13,8 @@ import sys
 from . import cpu, environment
 from .backend import manual_seed
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGE = os.path.dirname(os.path.abspath(__file__))  # the tinyattn folder this process imported
+ROOT = os.path.dirname(PACKAGE)
 LESSONS = os.path.join(ROOT, "lessons")          # present in a clone, where the lessons live
 
 
@@ -53,11 +54,28 @@ def options(description="", arguments=()):
         sys.path.insert(0, LESSONS)   # `from exercises...` imports as in a script run from lessons/, from anywhere
     cpu.tune_allocator()          # a lesson is a whole program: let glibc keep freed memory (tinyattn/cpu/tuning.py)
     described = environment.describe()
-    print(environment.line(described) + f" · seed {args.seed}" + (" · quick" if args.quick else ""), flush=True)
+    print(environment.line(described) + f" · seed {args.seed}" + (" · quick" if args.quick else "") +
+          f" · imported from {PACKAGE}", flush=True)
+    mismatch = another_clone(sys.argv[0])
+    if mismatch:
+        print(mismatch, flush=True)
     note = environment.blas_note(described)
     if note:
         print(note, flush=True)
     return args
+
+
+def another_clone(script):
+    """A warning when script (a lesson, the exercise checker) lies in lessons/ of another repository than the one
+    tinyattn was imported from, else None: with an editable install of one clone, a second clone's lessons would
+    run on the first clone's code without a word."""
+    folder = os.path.dirname(os.path.realpath(script)) if script else ""
+    if os.path.basename(folder) != "lessons" or os.path.dirname(folder) == os.path.realpath(ROOT):
+        return None
+    repository = os.path.dirname(folder)
+    return (f"warning: tinyattn is imported from {PACKAGE}, not from {repository}, the repository of "
+            f"{os.path.basename(script)} (an editable install of another clone?); run it with PYTHONPATH={repository} "
+            f"or pip install -e {repository}")
 
 
 def _refuse_unknown(parser, unknown, flags):
