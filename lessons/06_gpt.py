@@ -89,14 +89,18 @@ assert gpt_by_hand_err < 1e-10
 # ## Your own attention, inside the model
 # `F.use` runs a Function of your own wherever the library would run its own: in every module and every model, on
 # the fast path and the reference path alike, until its `with` block ends. Here the hand-written attention of the
-# `attention` exercise (its solution, lessons/exercises/solutions/attention.py) trains a copy of this GPT for three
-# steps, beside a copy on the library's attention and on the same batches: the losses agree to float32 rounding.
-# Write yours in lessons/exercises/attention.py, grade it with `python -m lessons check attention`, and plug it in
-# the same way.
+# `attention` exercise trains a copy of this GPT for three steps, beside a copy on the library's attention and on the
+# same batches: the losses agree to float32 rounding. Yours, from lessons/exercises/attention.py, once no TODO is
+# left in it (grade it first with `python -m lessons check attention`); until then the bundled solution (or, in a
+# student copy without solutions, the library's reference attention). The line below says which ran.
 
 # %%
 import tinyattn.functional as F
-from exercises.solutions.attention import Attention          # lessons/ is on the path (tinyattn.lesson.options)
+from lessons.checker import learners_or_bundled          # the repository root is on the path (tinyattn.lesson)
+from tinyattn.functional.attention import ReferenceScaledDotProductAttention
+
+Attention, which = learners_or_bundled("attention", "Attention", fallback=ReferenceScaledDotProductAttention)
+print(f"the exercise's attention: {which}")
 
 
 def three_steps_from_here():
@@ -120,7 +124,8 @@ with F.use(scaled_dot_product_attention=Attention):
 use_loss_diff = max(abs(a - b) for a, b in zip(own_losses, library_losses))
 print(f"losses with the library's attention {[f'{l:.4f}' for l in library_losses]}, with the exercise's "
       f"{[f'{l:.4f}' for l in own_losses]}: largest difference {use_loss_diff:.1e}")
-assert use_loss_diff < 1e-3
+assert use_loss_diff < 1e-3, (f"the exercise's attention leaves the library's losses by {use_loss_diff:.1e}: "
+                              "python -m lessons check attention says where")
 
 # %% [markdown]
 # ## Training on random windows

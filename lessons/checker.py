@@ -104,9 +104,10 @@ def _is_learner_file(filename):
 
 
 def load(path):
-    """The learner's file as a module, with lessons/ on the path as for a lesson, so `exercises.given` imports."""
-    if str(LESSONS) not in sys.path:
-        sys.path.insert(0, str(LESSONS))
+    """The learner's file as a module, with the repository root on the path as for a lesson, so that
+    `lessons.exercises.given` imports wherever the file is."""
+    if str(LESSONS.parent) not in sys.path:
+        sys.path.insert(0, str(LESSONS.parent))
     _learner_files.add(path.resolve())
     spec = importlib.util.spec_from_file_location(f"exercise_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
@@ -609,6 +610,32 @@ def label_smoothing(learner):
 # -- the commands --------------------------------------------------------------------------------------------------
 def todos_left(path):
     return path.read_text(encoding="utf-8").count(TODO)
+
+
+def learners_or_bundled(name, attribute, fallback, exercises=EXERCISES):
+    """What a lesson runs on for exercise name: attribute of the learner's exercises/NAME.py once no TODO is left in
+    it, else of the bundled solution, else fallback (a student copy has no solutions/). Returns it and a line that
+    says which it is and why."""
+    mine, bundled = exercises / f"{name}.py", exercises / "solutions" / f"{name}.py"
+    left = todos_left(mine) if mine.exists() else None
+    if left == 0:
+        try:
+            return getattr(load(mine), attribute), f"yours, {_shown(mine)} (python -m lessons check {name} grades it)"
+        except Exception as error:
+            why = f"{_shown(mine)} did not load: {type(error).__name__}: {error}"
+    else:
+        why = f"{_shown(mine)} is missing" if left is None else f"{_shown(mine)} has {left} TODO{'s' * (left != 1)} left"
+    if bundled.exists():
+        return getattr(load(bundled), attribute), f"the bundled solution, {_shown(bundled)} ({why})"
+    return fallback, f"the library's {fallback.__name__} ({why}, and this copy has no solutions/)"
+
+
+def _shown(path):
+    """path from the repository root when it is inside it (shorter to read), else as it is."""
+    try:
+        return str(path.resolve().relative_to(LESSONS.parent))
+    except ValueError:
+        return str(path)
 
 
 def list_exercises():

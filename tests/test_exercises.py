@@ -152,3 +152,33 @@ def test_use_refuses_unknown_names_and_non_functions_and_changes_nothing_then():
         F.use(softmax=ReferenceSoftmax())
     assert F.twins.implementation("softmax") is not ReferenceSoftmax
     assert repr(F.use(softmax=ReferenceSoftmax)) == "use(softmax=ReferenceSoftmax)"
+
+
+# -- lessons on the learner's file ---------------------------------------------------------------------------------
+def test_a_lesson_runs_on_the_learners_file_once_complete_else_the_solution_else_the_library(tmp_path):
+    """What lesson 06 trains on: the learner's attention.py when no TODO is left, else the bundled solution, else
+    (a student copy: no solutions/) the library's reference Function; the line returned says which."""
+    exercises = tmp_path / "exercises"
+    (exercises / "solutions").mkdir(parents=True)
+    shutil.copy(checker.EXERCISES / "attention.py", exercises)
+    shutil.copy(checker.EXERCISES / "solutions" / "attention.py", exercises / "solutions")
+    pick = lambda: checker.learners_or_bundled("attention", "Attention", ReferenceScaledDotProductAttention, exercises)
+    function, which = pick()
+    assert which.startswith("the bundled solution") and "has 2 TODOs left" in which
+    assert pathlib.Path(function.forward.__code__.co_filename) == exercises / "solutions" / "attention.py"
+    (exercises / "attention.py").write_text((exercises / "solutions" / "attention.py").read_text())
+    function, which = pick()
+    assert which.startswith("yours") and function.forward.__code__.co_filename == str(exercises / "attention.py")
+    (exercises / "attention.py").write_text("class Attention(:\n")
+    assert "did not load: SyntaxError" in pick()[1] and pick()[1].startswith("the bundled solution")
+    shutil.rmtree(exercises / "solutions")
+    function, which = pick()
+    assert function is ReferenceScaledDotProductAttention and "this copy has no solutions/" in which
+
+
+def test_the_readmes_import_of_an_exercise_works_from_the_repository_root():
+    line = "from lessons.exercises.attention import Attention"
+    assert line in (ROOT / "README.md").read_text()
+    ran = subprocess.run([sys.executable, "-c", line + "\nfrom lessons.exercises.grouped_query import "
+                          "GroupedQueryAttention"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr

@@ -50,8 +50,8 @@ def options(description="", arguments=()):
     args.plots = args.plots or (plots if args.gallery else os.path.join(runs, "quick") if args.quick else runs)
     os.makedirs(args.plots, exist_ok=True)
     manual_seed(args.seed)
-    if os.path.isdir(LESSONS) and LESSONS not in sys.path:
-        sys.path.insert(0, LESSONS)   # `from exercises...` imports as in a script run from lessons/, from anywhere
+    if os.path.isdir(LESSONS) and ROOT not in sys.path:
+        sys.path.insert(0, ROOT)      # `from lessons.exercises...` imports as from the repository root, from anywhere
     cpu.tune_allocator()          # a lesson is a whole program: let glibc keep freed memory (tinyattn/cpu/tuning.py)
     described = environment.describe()
     print(environment.line(described) + f" · seed {args.seed}" + (" · quick" if args.quick else "") +

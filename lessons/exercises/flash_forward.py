@@ -30,7 +30,7 @@ from tinyattn.backend import xp_of
 from tinyattn.functional.attention_inputs import group_heads, merge_heads
 from tinyattn.functional.flash_attention import ReferenceFlashAttention
 
-from exercises.given import block_scores, blocks, visible
+from lessons.exercises.given import block_scores, blocks, visible
 
 
 class FlashAttention(Function):

@@ -23,7 +23,7 @@ Plug it in:  F.use(scaled_dot_product_attention=GroupedQueryAttention); GPTConfi
 from tinyattn import Function
 from tinyattn.backend import xp_of
 
-from exercises.given import attend, attend_backward
+from lessons.exercises.given import attend, attend_backward
 
 
 class GroupedQueryAttention(Function):

@@ -2,7 +2,7 @@
 from tinyattn import Function
 from tinyattn.backend import xp_of
 
-from exercises.given import attend, attend_backward
+from lessons.exercises.given import attend, attend_backward
 
 
 class GroupedQueryAttention(Function):
