@@ -5,10 +5,12 @@
                                                               or the bundled solution (lessons/exercises/solutions/)
 
 A check runs in steps and stops at the first that fails, saying why: an exception in your code with the line it
-came from, gradcheck's message, or where your numbers leave the reference path's. The steps are a float64
-gradcheck, a comparison with the reference path (`with ta.reference():`) on several shapes (masks, ragged lengths,
-broadcasting where they apply), float32 staying float32, and, where a model can run on your Function, a short
-training run with `F.use(...)` that must reach the loss the reference path reaches. Exit code 0 only on a pass.
+came from, gradcheck's message, or where your numbers leave the reference path's. A failing step still runs all its
+cases, and gives a verdict on every output and gradient, right or wrong, with what the pattern points at and the
+common mistake your numbers equal, where one does (lessons/mistakes.py). The steps are a float64 gradcheck, a
+comparison with the reference path (`with ta.reference():`) on several shapes (masks, ragged lengths, broadcasting
+where they apply), float32 staying float32, and, where a model can run on your Function, a short training run with
+`F.use(...)` that must reach the loss the reference path reaches. Exit code 0 only on a pass.
 """
 import argparse
 import contextlib
@@ -24,6 +26,7 @@ import numpy as np
 
 import tinyattn as ta
 import tinyattn.functional as F
+from lessons import mistakes
 from tinyattn import lesson, models, nn, optim
 
 LESSONS = pathlib.Path(__file__).resolve().parent
@@ -61,13 +64,47 @@ class Mismatch(AssertionError):
     """The learner's numbers differ from the reference path's."""
 
 
+class Step(list):
+    """What a step's body gets: the list of notes to print under its "ok", and case(name), a block for one of the
+    step's cases. A case that fails does not stop the others: the step fails after its body, reporting them all."""
+
+    def __init__(self):
+        super().__init__()
+        self.failed, self.passed = [], []
+
+    @contextlib.contextmanager
+    def case(self, name):
+        try:
+            yield
+        except Failed:
+            raise
+        except Exception as error:
+            self.failed.append((name, error))
+        else:
+            self.passed.append(name)
+
+
+class CasesFailed(Exception):
+    """Cases of a step failed: the first in full, each other by its first line, then the cases that passed."""
+
+    def __init__(self, failed, passed):
+        (case, error), others = failed[0], failed[1:]
+        lines = [f"{case}: {_explain(error)}"] + [f"also {case}: {getattr(e, 'verdict', _explain(e).splitlines()[0])}"
+                                                  for case, e in others]
+        super().__init__("\n".join(lines + ([f"passed: {'; '.join(passed)}"] if passed else [])))
+
+
 @contextlib.contextmanager
 def step(description, cases=()):
     """One graded step: "ok", the cases it covered and any notes the body adds to the list it gets; or "FAIL" and
     why, then Failed."""
-    notes = []
+    notes = Step()
     try:
         yield notes
+        if notes.failed:
+            raise CasesFailed(notes.failed, notes.passed)
+    except Failed:
+        raise                                           # a step inside this one failed and said why
     except Exception as error:
         print(f"  FAIL  {description}")
         for line in _explain(error).splitlines():
@@ -85,15 +122,16 @@ def _indented(text):
 
 
 def _explain(error):
-    """What went wrong, and, for an exception raised in the learner's file, the line it came from."""
-    if isinstance(error, (Mismatch, ta.GradcheckError)):
+    """What went wrong, and, for an exception raised in the learner's file, the line it came from, then the notes
+    the checker added (what the error points at)."""
+    if isinstance(error, (Mismatch, ta.GradcheckError, CasesFailed)):
         return str(error)
     text = f"{type(error).__name__}: {error}"
     frames = [f for f in traceback.extract_tb(error.__traceback__) if _is_learner_file(f.filename)]
     if frames:
         frame = frames[-1]
         text += f"\n  at {pathlib.Path(frame.filename).name} line {frame.lineno}, in {frame.name}: {frame.line}"
-    return text
+    return "\n".join([text] + getattr(error, "__notes__", []))
 
 
 _learner_files = set()
@@ -148,35 +186,116 @@ def _host(x):
     return x.numpy() if isinstance(x, ta.Tensor) else np.asarray(x)
 
 
-def forward_backward(call, arrays, grad_of):
+def _tensors(arrays, grad_of):
+    return [None if a is None else ta.tensor(a, requires_grad=i in grad_of.values()) for i, a in enumerate(arrays)]
+
+
+def forward_backward(call, arrays, grad_of, expected_shape=None):
     """call(*tensors) on fresh tensors made from arrays, then backward from a fixed random upstream gradient.
-    Returns the output and the gradient of every array named in grad_of (a dict name -> position), by name."""
-    tensors = [None if a is None else ta.tensor(a, requires_grad=i in grad_of.values()) for i, a in enumerate(arrays)]
+    Returns the output and the gradient of every array named in grad_of (a dict name -> position), by name. An
+    output that is not of expected_shape (when given) stops there, naming both shapes: the backward would only fail
+    on it with an error about broadcasting."""
+    tensors = _tensors(arrays, grad_of)
     out = call(*tensors)
+    if expected_shape is not None and tuple(out.shape) != tuple(expected_shape):
+        inputs = ", ".join(f"{name} {tuple(arrays[i].shape)}" for name, i in grad_of.items())
+        raise Mismatch(f"your forward returned an output of shape {tuple(out.shape)}; it must be "
+                       f"{tuple(expected_shape)} (inputs: {inputs})")
     upstream = np.random.default_rng(1).standard_normal(out.shape).astype(out.array.dtype)
     out.backward(ta.tensor(upstream))
     return {"output": out.numpy(), **{f"d{name}": tensors[i].grad.numpy() for name, i in grad_of.items()}}
 
 
-def compare_paths(slot, function, call, arrays, grad_of, case):
-    """Output and gradients with the learner's Function in the slot against the reference path's."""
+def runs_forward_and_backward(slot, function, call, arrays, grad_of):
+    """The first step of a Function's check: in the slot, the learner's forward returns the reference path's output
+    shape, and its backward runs."""
+    with ta.reference(), ta.no_grad():
+        expected = call(*_tensors(arrays, {})).shape
+    with F.use(**{slot: function}):
+        forward_backward(call, arrays, grad_of, expected_shape=expected)
+
+
+def compare_paths(slot, function, call, arrays, grad_of, diagnose=None):
+    """Output and gradients with the learner's Function in the slot against the reference path's: a verdict on each
+    (see wrong)."""
     with ta.reference():
         expected = forward_backward(call, arrays, grad_of)
         with F.use(**{slot: function}):
-            mine = forward_backward(call, arrays, grad_of)
-    for what in expected:
-        assert_close(f"{what} ({case})", mine[what], expected[what])
+            mine = forward_backward(call, arrays, grad_of, expected_shape=expected["output"].shape)
+    verdicts = {what: _failure(assert_close, what, mine[what], expected[what]) for what in expected}
+    if any(verdicts.values()):
+        raise wrong(verdicts, _diagnosis(diagnose, slot, function, call, arrays, grad_of, verdicts))
 
 
-def gradcheck(slot, function, call, arrays, grad_of, case):
-    """ta.gradcheck in float64 of call with the learner's Function in the slot; call's argument names name the
-    inputs in its messages, which start with the case."""
-    tensors = [None if a is None else ta.tensor(a, requires_grad=i in grad_of.values()) for i, a in enumerate(arrays)]
+def gradcheck(slot, function, call, arrays, grad_of, diagnose=None):
+    """ta.gradcheck in float64 of call with the learner's Function in the slot (call's argument names name the
+    inputs in its messages). When it fails, every input is checked on its own, so that the message says which
+    gradients are right as well as which are wrong (see wrong)."""
     try:
-        with F.use(**{slot: function}):
-            ta.gradcheck(call, tensors)
+        _gradcheck(slot, function, call, arrays, grad_of)
     except ta.GradcheckError as error:
-        raise ta.GradcheckError(f"{case}: {error}") from None
+        verdicts = {f"d{name}": _failure(_gradcheck, slot, function, call, arrays, {name: i})
+                    for name, i in grad_of.items()} if len(grad_of) > 1 else {f"d{next(iter(grad_of))}": str(error)}
+        if not any(verdicts.values()):
+            raise
+        raise wrong(verdicts, _diagnosis(diagnose, slot, function, call, arrays, grad_of, verdicts)) from None
+
+
+def _gradcheck(slot, function, call, arrays, grad_of):
+    with F.use(**{slot: function}):
+        ta.gradcheck(call, _tensors(arrays, grad_of))
+
+
+def _failure(check, *args):
+    """What check(*args) found wrong, as text; None when it passed."""
+    try:
+        check(*args)
+    except Exception as error:
+        return _explain(error)
+    return None
+
+
+def _diagnosis(diagnose, slot, function, call, arrays, grad_of, verdicts):
+    """The hints of diagnose (lessons/mistakes.py) on what the learner's Function got and gave in this case."""
+    if diagnose is None:
+        return []
+    seen = {}
+
+    class Recorded(function):
+        @staticmethod
+        def forward(ctx, *args):
+            seen["args"], seen["output"] = args, function.forward(ctx, *args)
+            return seen["output"]
+
+        @staticmethod
+        def backward(ctx, grad):
+            seen["upstream"], seen["grads"] = grad, function.backward(ctx, grad)
+            return seen["grads"]
+    try:
+        with F.use(**{slot: Recorded}):
+            forward_backward(call, arrays, grad_of)
+        return diagnose(seen, {what for what, why in verdicts.items() if why})
+    except Exception:        # a hint is a bonus: when the learner's code cannot give one, the verdicts stand alone
+        return []
+
+
+def wrong(verdicts, hints=None):
+    """A Mismatch from verdicts (output or gradient name -> None when right, else what is wrong): the wrong and the
+    right ones on the first line, with what the first hint says that pattern points at, then each wrong one's
+    message, then the other hints (a common mistake the numbers match exactly, say)."""
+    bad = [what for what, why in verdicts.items() if why]
+    good = [what for what in verdicts if what not in bad]
+    hints = list(hints or [])
+    verdict = f"{_listed(bad)} wrong" + (f", {_listed(good)} right" if good else "")
+    details = [verdicts[what] if verdicts[what].startswith(what) else f"{what}: {verdicts[what]}" for what in bad]
+    first = verdict + (f": {hints.pop(0)}" if hints else "")
+    error = Mismatch("\n".join([first] + [f"  {line}" for line in details + hints]))
+    error.verdict = verdict              # what another case's line repeats
+    return error
+
+
+def _listed(names):
+    return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else "".join(names)
 
 
 def assert_stays_float32(slot, function, call, arrays):
@@ -294,13 +413,16 @@ def additive_attention(learner):
     cases = {"B 2, Lq 3, S 4, H 5": (normal(2, 3, 5), normal(2, 4, 5, seed=1), normal(5, seed=2)),
              "a decoder step, Lq 1": (normal(3, 1, 4), normal(3, 6, 4, seed=1), normal(4, seed=2))}
     with step("your AdditiveScores runs forward and backward"):
-        forward_backward(learner.AdditiveScores.apply, cases["B 2, Lq 3, S 4, H 5"], grad_of)
-    with step("gradcheck in float64 on q_proj, k_proj and v", cases):
+        runs_forward_and_backward("additive_scores", learner.AdditiveScores, scores, cases["B 2, Lq 3, S 4, H 5"],
+                                  grad_of)
+    with step("gradcheck in float64 on q_proj, k_proj and v", cases) as each:
         for case, arrays in cases.items():
-            gradcheck("additive_scores", learner.AdditiveScores, scores, arrays, grad_of, case)
-    with step("scores and gradients equal the reference path's", cases):
+            with each.case(case):
+                gradcheck("additive_scores", learner.AdditiveScores, scores, arrays, grad_of)
+    with step("scores and gradients equal the reference path's", cases) as each:
         for case, arrays in cases.items():
-            compare_paths("additive_scores", learner.AdditiveScores, scores, arrays, grad_of, case)
+            with each.case(case):
+                compare_paths("additive_scores", learner.AdditiveScores, scores, arrays, grad_of)
     with step("ragged source lengths 6, 2 and 4: F.additive_attention's context and every gradient equal the "
               "reference path's"):
         mask = np.arange(6) < np.array([6, 2, 4])[:, None]
@@ -309,7 +431,7 @@ def additive_attention(learner):
         arrays = (normal(3, 2, 5), normal(3, 6, 4, seed=1), normal(3, 6, 3, seed=2), normal(7, 5, seed=3),
                   normal(7, 4, seed=4), normal(7, seed=5))
         compare_paths("additive_scores", learner.AdditiveScores, context, arrays,
-                      {"query": 0, "key": 1, "value": 2, "w_query": 3, "w_key": 4, "v": 5}, "ragged lengths")
+                      {"query": 0, "key": 1, "value": 2, "w_query": 3, "w_key": 4, "v": 5})
     with step("float32 stays float32"):
         assert_stays_float32("additive_scores", learner.AdditiveScores, scores, cases["a decoder step, Lq 1"])
     with step(f"a Seq2SeqAttention trains {TRAINING_STEPS} steps on your scores to the reference path's loss") as notes:
@@ -321,18 +443,22 @@ def softmax_backward(learner):
     cases = {f"{shape} over dim {dim}": (shape, dim)
              for shape, dim in [((4, 7), 1), ((2, 3, 5), 0), ((2, 3, 5), 1), ((2, 3, 5), 2), ((6,), 0)]}
     with step("your Softmax runs forward and backward"):
-        forward_backward(lambda x: learner.Softmax.apply(x, 1), (normal(3, 5),), {"x": 0})
-    with step("gradcheck in float64", cases):
+        runs_forward_and_backward("softmax", learner.Softmax, lambda x: F.softmax(x, 1), (normal(3, 5),), {"x": 0})
+    with step("gradcheck in float64", cases) as each:
         for case, (shape, dim) in cases.items():
-            gradcheck("softmax", learner.Softmax, lambda x: F.softmax(x, dim), (normal(*shape),), {"x": 0}, case)
-    with step("outputs and gradients equal the reference path's", cases):
+            with each.case(case):
+                gradcheck("softmax", learner.Softmax, lambda x: F.softmax(x, dim), (normal(*shape),), {"x": 0},
+                          mistakes.softmax)
+    with step("outputs and gradients equal the reference path's", cases) as each:
         for case, (shape, dim) in cases.items():
-            compare_paths("softmax", learner.Softmax, lambda x: F.softmax(x, dim), (normal(*shape),), {"x": 0}, case)
+            with each.case(case):
+                compare_paths("softmax", learner.Softmax, lambda x: F.softmax(x, dim), (normal(*shape),), {"x": 0},
+                              mistakes.softmax)
     with step("rows near +1000 and near -1000 (exp overflows and underflows), a row that is -inf in part and one "
               "that is -inf everywhere: no NaN"):
         x = extreme(4, 6)
         x[1, :3] = x[2] = -np.inf
-        compare_paths("softmax", learner.Softmax, lambda x: F.softmax(x, -1), (x,), {"x": 0}, "extreme logits")
+        compare_paths("softmax", learner.Softmax, lambda x: F.softmax(x, -1), (x,), {"x": 0})
     with step("float32 stays float32"):
         assert_stays_float32("softmax", learner.Softmax, lambda x: F.softmax(x, -1), (normal(3, 4),))
     with step(f"a Seq2SeqAttention (its attention weights are a softmax) trains {TRAINING_STEPS} steps on yours to "
@@ -350,20 +476,25 @@ def _attention_grads(mask):
     return {"q": 0, "k": 1, "v": 2, **({"mask": 3} if mask is not None and mask.dtype != bool else {})}
 
 
-def _check_attention(function, cases, enable_gqa):
+def _check_attention(function, cases, enable_gqa, diagnose=None):
     """The steps that scaled dot-product attention's exercises share. cases: description -> (q, k, v, mask,
-    is_causal)."""
+    is_causal); diagnose: what wrong gradients point at (lessons/mistakes.py)."""
     slot, call = "scaled_dot_product_attention", lambda causal: _sdpa(causal, enable_gqa=enable_gqa)
     with step(f"your {function.__name__} runs forward and backward"):
         q, k, v, _, _ = next(iter(cases.values()))
-        forward_backward(lambda q, k, v: function.apply(q, k, v, None, 0.5, 0.0, enable_gqa), (q, k, v),
-                         {"q": 0, "k": 1, "v": 2})
-    with step("gradcheck in float64 on q, k, v and a float mask", cases):
+        try:
+            runs_forward_and_backward(slot, function, call(False), (q, k, v), {"q": 0, "k": 1, "v": 2})
+        except Exception as error:
+            error.add_note(mistakes.attention_shapes(q, k, v))
+            raise
+    with step("gradcheck in float64 on q, k, v and a float mask", cases) as each:
         for case, (q, k, v, mask, causal) in cases.items():
-            gradcheck(slot, function, call(causal), (q, k, v, mask), _attention_grads(mask), case)
-    with step("output and every gradient equal the reference path's", cases):
+            with each.case(case):
+                gradcheck(slot, function, call(causal), (q, k, v, mask), _attention_grads(mask), diagnose)
+    with step("output and every gradient equal the reference path's", cases) as each:
         for case, (q, k, v, mask, causal) in cases.items():
-            compare_paths(slot, function, call(causal), (q, k, v, mask), _attention_grads(mask), case)
+            with each.case(case):
+                compare_paths(slot, function, call(causal), (q, k, v, mask), _attention_grads(mask), diagnose)
     with step("float32 stays float32"):
         q, k, v, mask, causal = list(cases.values())[-1]
         assert_stays_float32(slot, function, call(causal), (q, k, v, mask))
@@ -380,7 +511,7 @@ def attention(learner):
              "padding mask (2, 1, 1, 5), lengths 5 and 2": (q, k, v, _padding([5, 2], 5), False),
              "a query whose every key is masked": (q, k, v, no_key_for_row_1, False),
              "a learned float mask (3, 5)": (q, k, v, normal(3, 5, seed=3), False)}
-    _check_attention(learner.Attention, cases, enable_gqa=False)
+    _check_attention(learner.Attention, cases, enable_gqa=False, diagnose=mistakes.attention)
     with step(f"a GPT trains {TRAINING_STEPS} steps on your attention to the reference path's loss") as notes:
         notes.append(train_like_the_reference("GPT", scaled_dot_product_attention=learner.Attention))
 
@@ -475,13 +606,17 @@ def _check_flash(function):
         "a float mask (5, 7), blocks of 4": (q, k, v, normal(5, 7, seed=5), False, False, 4)}
     grad_of = {"q": 0, "k": 1, "v": 2}
     with step("your FlashAttention runs forward and backward"):
-        forward_backward(lambda q, k, v: function.apply(q, k, v, None, 0.5, False, False, 2), (q, k, v), grad_of)
-    with step("gradcheck in float64 on q, k, v", cases):
+        runs_forward_and_backward("flash_attention", function, _flash(False, False, 2), (q, k, v), grad_of)
+    with step("gradcheck in float64 on q, k, v", cases) as each:
         for case, (q, k, v, mask, *options) in cases.items():
-            gradcheck("flash_attention", function, _flash(*options), (q, k, v, mask), grad_of, case)
-    with step("output and dq, dk, dv equal the reference path's", cases):
+            with each.case(case):
+                gradcheck("flash_attention", function, _flash(*options), (q, k, v, mask), grad_of,
+                          mistakes.attention_pattern)
+    with step("output and dq, dk, dv equal the reference path's", cases) as each:
         for case, (q, k, v, mask, *options) in cases.items():
-            compare_paths("flash_attention", function, _flash(*options), (q, k, v, mask), grad_of, case)
+            with each.case(case):
+                compare_paths("flash_attention", function, _flash(*options), (q, k, v, mask), grad_of,
+                              mistakes.attention_pattern)
     with step("float32 stays float32"):
         q, k, v, mask, *options = cases["is_causal, blocks of 2"]
         assert_stays_float32("flash_attention", function, _flash(*options), (q, k, v, mask))
@@ -511,14 +646,16 @@ def layer_norm_backward(learner):
              "rows of equal values (variance 0)": (norm(4), np.ones((2, 4)), normal(4, seed=1), normal(4, seed=2))}
     grads = lambda arrays: {name: i for i, name in enumerate(("x", "weight", "bias")[:len(arrays)])}
     with step("your LayerNorm runs forward and backward"):
-        _, *arrays = cases["rows of 4 with weight and bias"]
-        forward_backward(lambda x, w, b: learner.LayerNorm.apply(x, w, b, 4, 1e-5), arrays, grads(arrays))
-    with step("gradcheck in float64 on x, weight and bias", cases):
+        call, *arrays = cases["rows of 4 with weight and bias"]
+        runs_forward_and_backward("layer_norm", learner.LayerNorm, call, arrays, grads(arrays))
+    with step("gradcheck in float64 on x, weight and bias", cases) as each:
         for case, (call, *arrays) in cases.items():
-            gradcheck("layer_norm", learner.LayerNorm, call, arrays, grads(arrays), case)
-    with step("output and gradients equal the reference path's", cases):
+            with each.case(case):
+                gradcheck("layer_norm", learner.LayerNorm, call, arrays, grads(arrays))
+    with step("output and gradients equal the reference path's", cases) as each:
         for case, (call, *arrays) in cases.items():
-            compare_paths("layer_norm", learner.LayerNorm, call, arrays, grads(arrays), case)
+            with each.case(case):
+                compare_paths("layer_norm", learner.LayerNorm, call, arrays, grads(arrays))
     with step("float32 stays float32"):
         call, *arrays = cases["rows of 4 with weight and bias"]
         assert_stays_float32("layer_norm", learner.LayerNorm, call, arrays)
@@ -550,7 +687,8 @@ def rotary(learner):
         assert_close("cos", cos, module.cos.numpy()[3:9])
         assert_close("sin", sin, module.sin.numpy()[3:9])
     with step("your Rotate runs forward and backward"):
-        forward_backward(lambda x: learner.Rotate.apply(x, *tables(6, 8)), (normal(2, 6, 8),), {"x": 0})
+        forward_backward(lambda x: learner.Rotate.apply(x, *tables(6, 8)), (normal(2, 6, 8),), {"x": 0},
+                         expected_shape=(2, 6, 8))
     with step("gradcheck in float64 on x (2, 3, 5, 8)"):
         cos, sin = tables(5, 8)
         ta.gradcheck(lambda x: learner.Rotate.apply(x, cos, sin), (ta.tensor(normal(2, 3, 5, 8), requires_grad=True),))
@@ -587,18 +725,18 @@ def label_smoothing(learner):
     cases = {f"{reduction}, label smoothing {eps}": (reduction, eps)
              for reduction in ("mean", "sum", "none") for eps in (0.0, 0.1, 0.3)}
     with step("your CrossEntropy runs forward and backward"):
-        forward_backward(lambda x: learner.CrossEntropy.apply(x, ta.tensor(target), -100, "mean", 0.1), (logits,),
-                         {"logits": 0})
-    with step("gradcheck in float64, with a row that ignore_index leaves out", cases):
+        runs_forward_and_backward("cross_entropy", learner.CrossEntropy, loss("mean", 0.1), (logits,), {"logits": 0})
+    with step("gradcheck in float64, with a row that ignore_index leaves out", cases) as each:
         for case, options in cases.items():
-            gradcheck("cross_entropy", learner.CrossEntropy, loss(*options), (logits,), {"logits": 0}, case)
-    with step("loss and gradient equal the reference path's", cases):
+            with each.case(case):
+                gradcheck("cross_entropy", learner.CrossEntropy, loss(*options), (logits,), {"logits": 0})
+    with step("loss and gradient equal the reference path's", cases) as each:
         for case, options in cases.items():
-            compare_paths("cross_entropy", learner.CrossEntropy, loss(*options), (logits,), {"logits": 0}, case)
+            with each.case(case):
+                compare_paths("cross_entropy", learner.CrossEntropy, loss(*options), (logits,), {"logits": 0})
     with step("rows of logits near +1000 and near -1000, and a batch whose every row is ignored (mean 0, "
               "gradient 0)"):
-        compare_paths("cross_entropy", learner.CrossEntropy, loss("mean", 0.1), (extreme(5, 6),), {"logits": 0},
-                      "logits near +-1000")
+        compare_paths("cross_entropy", learner.CrossEntropy, loss("mean", 0.1), (extreme(5, 6),), {"logits": 0})
         compare_paths("cross_entropy", learner.CrossEntropy, loss("mean", 0.1, np.full(5, -100)), (logits,),
                       {"logits": 0}, "every row ignored")
     with step("float32 stays float32"):
@@ -653,7 +791,7 @@ def list_exercises():
 def check(name, path):
     """Grade the file at path as exercise name; True on a pass."""
     item = _exercises[name]
-    print(f"exercise {name} (lesson {item.lesson}): {item.title}\ngrading {path}")
+    print(f"exercise {name} (lesson {item.lesson}): {item.title}\ngrading {_shown(path)}")
     try:
         with step("your file loads"):
             learner = load(path)

@@ -52,31 +52,87 @@ def test_untouched_stub_fails_saying_not_implemented_yet(name, capsys):
     assert f"at {name}.py line " in out                           # points at the TODO in the learner's file
 
 
+def with_mistake(tmp_path, name, *replacements):
+    """The bundled solution of exercise name with each (right, wrong) replacement made, as the learner's file."""
+    text = (checker.EXERCISES / "solutions" / f"{name}.py").read_text()
+    for right, wrong in replacements:
+        assert right in text
+        text = text.replace(right, wrong)
+    mine = tmp_path / f"{name}.py"
+    mine.write_text(text)
+    return str(mine)
+
+
 def test_a_wrong_backward_fails_with_gradchecks_message(tmp_path, capsys):
-    """The loop of the README: a missing scale in dQ fails the gradcheck, and says it is a factor everywhere."""
-    solution = (checker.EXERCISES / "solutions" / "attention.py").read_text()
-    mine = tmp_path / "attention.py"
-    mine.write_text(solution.replace("grad_q = ctx.scale * (grad_s @ k)", "grad_q = grad_s @ k"))
-    code, out = grade(capsys, "attention", "--file", str(mine))
+    """The loop of the README: a missing scale in dQ fails the gradcheck, which says it is a factor everywhere, that
+    dk and dv are right, and which mistake the numbers match."""
+    mine = with_mistake(tmp_path, "attention", ("grad_q = ctx.scale * (grad_s @ k)", "grad_q = grad_s @ k"))
+    code, out = grade(capsys, "attention", "--file", mine)
     assert code == 1
-    assert "FAIL  gradcheck in float64" in out and "gradcheck failed for q = input 0" in out
+    assert "FAIL  gradcheck in float64" in out and "dq: gradcheck failed for q = input 0" in out
     assert "analytic / numerical 2 at every one" in out          # scale 0.5 missing: twice the true gradient
+    assert "no mask: dq wrong, dk and dv right: look at dQ = scale dS K alone" in out
+    assert "looks like this mistake: the scale is missing in dQ" in out
+    assert "also is_causal, 3 queries and 5 keys: dq wrong, dk and dv right" in out     # every case, one line each
+
+
+def test_every_gradient_is_reported_and_a_missing_row_sum_is_named(tmp_path, capsys):
+    """Without softmax's row-sum term dq and dk are wrong and dv right: the report says so for each, and points at
+    the softmax's backward, before the check stops."""
+    mine = with_mistake(tmp_path, "attention", ("grad_s = p * (grad_p - (grad_p * p).sum(axis=-1, keepdims=True))",
+                                                "grad_s = p * grad_p"))
+    code, out = grade(capsys, "attention", "--file", mine)
+    assert code == 1
+    assert "no mask: dq and dk wrong, dv right: look at the softmax's backward" in out
+    assert "dq: gradcheck failed for q = input 0" in out and "dk: gradcheck failed for k = input 1" in out
+    assert "looks like this mistake: the row-sum term of the softmax's backward is missing" in out
+    assert "also a learned float mask (3, 5): dq, dk and dmask wrong, dv right" in out
+
+
+def test_a_mask_applied_after_the_softmax_is_named_and_the_cases_without_a_mask_pass(tmp_path, capsys):
+    mine = with_mistake(tmp_path, "attention",
+                        ("s = xp.where(mask, s, xp.asarray(-xp.inf, dtype=s.dtype))", "pass"),
+                        ("p = e / xp.where(total == 0, 1, total)",
+                         "p = e / xp.where(total == 0, 1, total)\n        if mask is not None and mask.dtype == bool:\n"
+                         "            p = xp.where(mask, p, 0)"))
+    code, out = grade(capsys, "attention", "--file", mine)
+    assert code == 1 and "the forward is wrong" in out
+    assert "looks like this mistake: the mask is applied after the softmax" in out
+    assert "passed: no mask; k and v (1, 2, 5, .) broadcast over q's batch" in out
+
+
+def test_a_product_the_wrong_way_round_gets_the_shapes(tmp_path, capsys):
+    mine = with_mistake(tmp_path, "attention", ("grad_v = xp.swapaxes(p, -1, -2) @ grad", "grad_v = p @ grad"))
+    code, out = grade(capsys, "attention", "--file", mine)
+    assert code == 1 and "FAIL  your Attention runs forward and backward" in out
+    assert "in backward: grad_v = p @ grad" in out                                    # the learner's line
+    assert "dV (2, 2, 5, 3) = P^T (2, 2, 5, 3) dO (2, 2, 3, 3)" in " ".join(out.split())     # across wrapped lines
+
+
+def test_a_forward_of_the_wrong_shape_is_named_before_the_backward_runs(tmp_path, capsys):
+    mine = with_mistake(tmp_path, "attention", ("return p @ v", "return (p @ v)[..., :2, :]"))
+    code, out = grade(capsys, "attention", "--file", mine)
+    assert code == 1 and "broadcast" not in out
+    assert "your forward returned an output of shape (2, 2, 2, 3); it must be (2, 2, 3, 3)" in out
+
+
+def test_softmax_without_its_row_sum_is_named(tmp_path, capsys):
+    mine = with_mistake(tmp_path, "softmax_backward", ("y * (grad - (grad * y).sum(axis=ctx.dim, keepdims=True))",
+                                                       "y * grad"))
+    code, out = grade(capsys, "softmax_backward", "--file", mine)
+    assert code == 1 and "looks like this mistake: the row-sum term is missing" in out
 
 
 def test_a_wrong_answer_that_passes_gradcheck_fails_against_the_reference(tmp_path, capsys):
     """A causal mask off by one is a different function, with a correct gradient: only the comparison catches it."""
-    solution = (checker.EXERCISES / "solutions" / "causal_mask.py").read_text()
-    mine = tmp_path / "causal_mask.py"
-    mine.write_text(solution.replace("cols <= rows + offset", "cols < rows + offset"))
-    code, out = grade(capsys, "causal_mask", "--file", str(mine))
+    mine = with_mistake(tmp_path, "causal_mask", ("cols <= rows + offset", "cols < rows + offset"))
+    code, out = grade(capsys, "causal_mask", "--file", mine)
     assert code == 1 and "causal_mask(5, 5, 0) differs at 5 of 25 places" in out
 
 
 def test_float64_in_a_float32_backward_fails(tmp_path, capsys):
-    solution = (checker.EXERCISES / "solutions" / "label_smoothing.py").read_text()
-    mine = tmp_path / "label_smoothing.py"
-    mine.write_text(solution.replace(".astype(log_p.dtype)", ""))
-    code, out = grade(capsys, "label_smoothing", "--file", str(mine))
+    mine = with_mistake(tmp_path, "label_smoothing", (".astype(log_p.dtype)", ""))
+    code, out = grade(capsys, "label_smoothing", "--file", mine)
     assert code == 1 and "FAIL  float32 stays float32" in out and "float64 gradients" in out
 
 

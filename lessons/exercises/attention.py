@@ -21,6 +21,14 @@ What the checker holds you to
     - gradients may keep broadcast shapes: the engine sums them back to each input's shape;
     - float32 stays float32.
 
+When the check fails, which gradients are wrong says where to look (the checker names the pattern, and the
+mistake when your numbers equal it):
+    - dq and dk wrong, dv right: dV = P^T dO needs only P, so P is right: the softmax's backward (a missing
+      row-sum term gives dS = P * dP) or the scale;
+    - dq alone wrong by a constant ratio (1 / scale): the scale in dQ = scale dS K (dK alike);
+    - a matmul error in backward: a product the wrong way round (P dO for P^T dO); the checker lists the shapes;
+    - the forward wrong where a mask is, right without one: the mask applied after the softmax (mask the scores).
+
 Check it:    python -m lessons check attention
 Plug it in:  F.use(scaled_dot_product_attention=Attention), then train any model.
 """
