@@ -16,6 +16,7 @@ import argparse
 import contextlib
 import functools
 import importlib.util
+import inspect
 import pathlib
 import sys
 import textwrap
@@ -42,15 +43,18 @@ class Exercise:
     lesson: str
     title: str
     check: callable
+    given: tuple = ()
 
 
 _exercises = {}
 
 
-def exercise(lesson, title):
-    """Register a check function under its own name, which is also its file's name in lessons/exercises/."""
+def exercise(lesson, title, given=()):
+    """Register a check function under its own name, which is also its file's name in lessons/exercises/. given:
+    the methods the exercise hands over from the library ("FlashAttention.backward"); every other forward and
+    backward that the check reads from the learner's file must be the learner's own."""
     def register(check):
-        _exercises[check.__name__] = Exercise(check.__name__, lesson, title, check)
+        _exercises[check.__name__] = Exercise(check.__name__, lesson, title, check, tuple(given))
         return check
     return register
 
@@ -103,8 +107,8 @@ def step(description, cases=()):
         yield notes
         if notes.failed:
             raise CasesFailed(notes.failed, notes.passed)
-    except Failed:
-        raise                                           # a step inside this one failed and said why
+    except (Failed, Refused):
+        raise                                           # said by a step inside this one, or by check()
     except Exception as error:
         print(f"  FAIL  {description}")
         for line in _explain(error).splitlines():
@@ -118,7 +122,7 @@ def step(description, cases=()):
 
 
 def _indented(text):
-    return textwrap.fill(text, 116, initial_indent=" " * 8, subsequent_indent=" " * 10)
+    return textwrap.fill(text, 116, initial_indent=" " * 8, subsequent_indent=" " * 10, break_on_hyphens=False)
 
 
 def _explain(error):
@@ -151,6 +155,111 @@ def load(path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+# -- the learner's own work -----------------------------------------------------------------------------------------
+class Refused(Exception):
+    """The learner's file hands in the library's code, or a bundled solution's, as its own."""
+
+
+class Missing:
+    """Stands for a name that the check reads and the learner's file does not give: any use of it raises why."""
+
+    def __init__(self, name, why):
+        self.__name__, self._why = name, why
+
+    def __getattr__(self, attribute):
+        raise LookupError(self._why)
+
+    def __call__(self, *args, **kwargs):
+        raise LookupError(self._why)
+
+    def __mro_entries__(self, bases):               # `class Watched(function)` with this as function
+        raise LookupError(self._why)
+
+
+class Submission:
+    """The learner's names (a module's, or a notebook's globals) as the check reads them. On its first reading a
+    name must be the learner's own work, else Refused; a name that is not there reads as Missing."""
+
+    def __init__(self, namespace, given=(), solution=False):
+        self._namespace, self._given, self._solution, self._read = namespace, given, solution, {}
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if name not in self._read:
+            self._read[name] = self._own(name)
+        return self._read[name]
+
+    def _own(self, name):
+        if name not in self._namespace:
+            return Missing(name, f"your file defines no {name}")
+        why = borrowed(name, self._namespace[name], self._given, self._solution)
+        if why:
+            raise Refused(why)
+        return self._namespace[name]
+
+
+def borrowed(name, value, given=(), solution=False):
+    """Why value, the learner's `name`, is not the learner's own work; None when it is. A Function's forward and
+    backward (but those in given), or a function, must not be code of the library or of solutions/ (a re-export, a
+    subclass that keeps its parent's methods) and must not call a Function of the library's or anything of the
+    solutions' (a wrapper). solution: the file graded is a bundled solution, whose neighbours it may use."""
+    if isinstance(value, type) and issubclass(value, ta.Function):
+        methods = [(f"{name}.{m}", getattr(value, m)) for m in ("forward", "backward") if f"{name}.{m}" not in given]
+    elif inspect.isfunction(value):
+        methods = [(name, value)]
+    else:
+        return None
+    for label, method in methods:
+        code = getattr(method, "__code__", None)
+        origin = _foreign(code.co_filename, solution) if code else "no Python code"
+        if origin:
+            return f"{label} is the code of {origin}, not yours: a submission writes its own"
+        called = _foreign_calls(method, solution)
+        if called:
+            return f"{label} calls {called}: a submission computes what it hands in itself"
+    return None
+
+
+def _foreign(filename, solution):
+    """'the library (PATH)' or 'a bundled solution (PATH)' when filename is one's, else None."""
+    if filename is None:
+        return None
+    path = pathlib.Path(filename).resolve()
+    if path.is_relative_to(pathlib.Path(lesson.PACKAGE).resolve()):
+        return f"the library ({path})"
+    if not solution and path.is_relative_to(EXERCISES / "solutions"):
+        return f"a bundled solution ({_shown(path)})"
+    return None
+
+
+def _foreign_calls(function, solution):
+    """The first Function class of the library's, or anything of the solutions', that function's code names (also
+    through a module: `attention.ReferenceScaledDotProductAttention`), or None."""
+    codes, names = [function.__code__], set()
+    while codes:
+        code = codes.pop()
+        names.update(code.co_names)
+        codes.extend(c for c in code.co_consts if inspect.iscode(c))
+    for name in sorted(names):
+        value = function.__globals__.get(name)
+        for thing in [value] + ([getattr(value, n, None) for n in sorted(names)] if inspect.ismodule(value) else []):
+            origin = _foreign(_file_of(thing), solution)
+            library_function = isinstance(thing, type) and issubclass(thing, ta.Function) and thing is not ta.Function
+            if origin and (library_function or origin.startswith("a bundled solution")):
+                return f"{getattr(thing, '__qualname__', thing.__name__)} of {origin}"
+    return None
+
+
+def _file_of(thing):
+    """The file a class, function or module comes from; None for anything else."""
+    try:
+        return inspect.getfile(thing) if inspect.isclass(thing) or inspect.ismodule(thing) or inspect.isfunction(
+            thing) else None
+    except TypeError:                                   # built in
+        return None
 
 
 # -- comparing with the reference path -----------------------------------------------------------------------------
@@ -625,12 +734,12 @@ def _check_flash(function):
         notes.append(train_like_the_reference("GPT with impl='flash'", flash_attention=_with_block_size(function, 5)))
 
 
-@exercise("04", "flash attention's forward")
+@exercise("04", "flash attention's forward", given=["FlashAttention.backward"])
 def flash_forward(learner):
     _check_flash(learner.FlashAttention)
 
 
-@exercise("04", "flash attention's backward")
+@exercise("04", "flash attention's backward", given=["FlashAttention.forward"])
 def flash_backward(learner):
     _check_flash(learner.FlashAttention)
 
@@ -758,7 +867,10 @@ def learners_or_bundled(name, attribute, fallback, exercises=EXERCISES):
     left = todos_left(mine) if mine.exists() else None
     if left == 0:
         try:
-            return getattr(load(mine), attribute), f"yours, {_shown(mine)} (python -m lessons check {name} grades it)"
+            yours = getattr(load(mine), attribute)
+            why = borrowed(attribute, yours, _exercises[name].given)
+            if not why:
+                return yours, f"yours, {_shown(mine)} (python -m lessons check {name} grades it)"
         except Exception as error:
             why = f"{_shown(mine)} did not load: {type(error).__name__}: {error}"
     else:
@@ -795,7 +907,10 @@ def check(name, path):
     try:
         with step("your file loads"):
             learner = load(path)
-        item.check(learner)
+        item.check(Submission(vars(learner), item.given, solution=path.resolve().is_relative_to(EXERCISES / "solutions")))
+    except Refused as refused:
+        print(f"  FAIL  your own work\n{_indented(str(refused))}\n{name}: REFUSED.")
+        return False
     except Failed:
         print(f"{name}: FAILED. Fix what the message points at, then run the check again.")
         return False

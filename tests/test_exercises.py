@@ -225,6 +225,10 @@ def test_a_lesson_runs_on_the_learners_file_once_complete_else_the_solution_else
     (exercises / "attention.py").write_text((exercises / "solutions" / "attention.py").read_text())
     function, which = pick()
     assert which.startswith("yours") and function.forward.__code__.co_filename == str(exercises / "attention.py")
+    (exercises / "attention.py").write_text("from tinyattn.functional.attention import "
+                                            "ReferenceScaledDotProductAttention as Attention\n")
+    function, which = pick()
+    assert which.startswith("the bundled solution") and "is the code of the library" in which
     (exercises / "attention.py").write_text("class Attention(:\n")
     assert "did not load: SyntaxError" in pick()[1] and pick()[1].startswith("the bundled solution")
     shutil.rmtree(exercises / "solutions")
@@ -238,3 +242,36 @@ def test_the_readmes_import_of_an_exercise_works_from_the_repository_root():
     ran = subprocess.run([sys.executable, "-c", line + "\nfrom lessons.exercises.grouped_query import "
                           "GroupedQueryAttention"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert ran.returncode == 0, ran.stderr
+
+
+# -- the learner's own work ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name, text", [
+    ("attention", "from tinyattn.functional.attention import ReferenceScaledDotProductAttention as Attention\n"),
+    ("attention", "from lessons.exercises.solutions.attention import Attention\n"),
+    ("attention", "from tinyattn.functional.attention import ReferenceScaledDotProductAttention\n\n\n"
+                  "class Attention(ReferenceScaledDotProductAttention):\n    pass\n"),
+    ("attention", "from tinyattn import Function\nfrom tinyattn.functional import attention as library\n\n\n"
+                  "class Attention(Function):\n    @staticmethod\n    def forward(ctx, *args):\n"
+                  "        return library.ReferenceScaledDotProductAttention.forward(ctx, *args)\n\n"
+                  "    @staticmethod\n    def backward(ctx, grad):\n"
+                  "        return library.ReferenceScaledDotProductAttention.backward(ctx, grad)\n"),
+    ("flash_forward", "from lessons.exercises.flash_forward import FlashAttention as Stub\n"
+                      "from tinyattn.functional.flash_attention import ReferenceFlashAttention\n\n\n"
+                      "class FlashAttention(Stub):\n    forward = staticmethod(ReferenceFlashAttention.forward)\n"),
+    ("causal_mask", "from tinyattn.functional import causal_mask\n"),
+], ids=["re-export", "solution", "subclass", "wrapper", "flash forward given back", "a function"])
+def test_a_file_that_hands_in_the_librarys_or_a_solutions_code_is_refused(name, text, tmp_path, capsys):
+    mine = tmp_path / f"{name}.py"
+    mine.write_text(text)
+    code, out = grade(capsys, name, "--file", str(mine))
+    assert code == 1 and f"{name}: REFUSED" in out, out
+    assert "FAIL  your own work" in out and ("is the code of" in out or " calls " in out)
+    assert out.count("  ok  ") == 1                                   # "your file loads", and no step ran it
+
+
+def test_a_missing_name_is_named(tmp_path, capsys):
+    mine = tmp_path / "causal_mask.py"
+    mine.write_text((checker.EXERCISES / "solutions" / "causal_mask.py").read_text().replace("def padding_mask",
+                                                                                            "def pad_mask"))
+    code, out = grade(capsys, "causal_mask", "--file", str(mine))
+    assert code == 1 and "LookupError: your file defines no padding_mask" in out
