@@ -580,6 +580,16 @@ def _sdpa(is_causal, **options):
                                                                      **options)
 
 
+def _seeded(call, seed=0):
+    """call with tinyattn's generators seeded first, every time: dropout drops the same weights on every call (for
+    gradcheck) and on both paths."""
+    @functools.wraps(call)                      # gradcheck names the inputs by call's argument names
+    def seeded(*args):
+        ta.manual_seed(seed)
+        return call(*args)
+    return seeded
+
+
 def _attention_grads(mask):
     """Gradients to compare: q, k, v, and a float mask's."""
     return {"q": 0, "k": 1, "v": 2, **({"mask": 3} if mask is not None and mask.dtype != bool else {})}
@@ -621,6 +631,15 @@ def attention(learner):
              "a query whose every key is masked": (q, k, v, no_key_for_row_1, False),
              "a learned float mask (3, 5)": (q, k, v, normal(3, 5, seed=3), False)}
     _check_attention(learner.Attention, cases, enable_gqa=False, diagnose=mistakes.attention)
+    dropped = {"no mask": (q, k, v, None), "a learned float mask (3, 5)": (q, k, v, normal(3, 5, seed=3))}
+    with step("dropout 0.3 (the same seed on both paths): gradcheck, output and every gradient", dropped) as each:
+        call = _seeded(_sdpa(False, dropout_p=0.3))
+        for case, arrays in dropped.items():
+            with each.case(case):
+                gradcheck("scaled_dot_product_attention", learner.Attention, call, arrays, _attention_grads(arrays[3]),
+                          mistakes.attention_dropout)
+                compare_paths("scaled_dot_product_attention", learner.Attention, call, arrays,
+                              _attention_grads(arrays[3]), mistakes.attention_dropout)
     with step(f"a GPT trains {TRAINING_STEPS} steps on your attention to the reference path's loss") as notes:
         notes.append(train_like_the_reference("GPT", scaled_dot_product_attention=learner.Attention))
 

@@ -35,6 +35,13 @@ def attention_pattern(seen, wrong):
     return hints
 
 
+def attention_dropout(seen, wrong):
+    """Attention with dropout: the pattern, and what dropout asks of the forward and the backward."""
+    return attention_pattern(seen, wrong) + [
+        "with dropout O = P' V, P' = P * D, D = dropout_scale(P.shape, dropout_p, q) (given: it drops the weights the "
+        "library drops, with the same seed); then dV = P'^T dO and dP = (dO V^T) * D"]
+
+
 def attention(seen, wrong):
     """The pattern, then the common mistake of single-head attention that the learner's numbers equal, if one does.
     The output is judged here too: the gradcheck step looks at the gradients alone, and a wrong forward comes first."""

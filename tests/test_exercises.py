@@ -102,18 +102,45 @@ def test_a_mask_applied_after_the_softmax_is_named_and_the_cases_without_a_mask_
 
 
 def test_a_product_the_wrong_way_round_gets_the_shapes(tmp_path, capsys):
-    mine = with_mistake(tmp_path, "attention", ("grad_v = xp.swapaxes(p, -1, -2) @ grad", "grad_v = p @ grad"))
+    mine = with_mistake(tmp_path, "attention", ("grad_v = xp.swapaxes(p * drop, -1, -2) @ grad",
+                                                "grad_v = (p * drop) @ grad"))
     code, out = grade(capsys, "attention", "--file", mine)
     assert code == 1 and "FAIL  your Attention runs forward and backward" in out
-    assert "in backward: grad_v = p @ grad" in out                                    # the learner's line
+    assert "in backward: grad_v = (p * drop) @ grad" in out                           # the learner's line
     assert "dV (2, 2, 5, 3) = P^T (2, 2, 5, 3) dO (2, 2, 3, 3)" in " ".join(out.split())     # across wrapped lines
 
 
 def test_a_forward_of_the_wrong_shape_is_named_before_the_backward_runs(tmp_path, capsys):
-    mine = with_mistake(tmp_path, "attention", ("return p @ v", "return (p @ v)[..., :2, :]"))
+    mine = with_mistake(tmp_path, "attention", ("return (p * drop) @ v", "return ((p * drop) @ v)[..., :2, :]"))
     code, out = grade(capsys, "attention", "--file", mine)
     assert code == 1 and "broadcast" not in out
     assert "your forward returned an output of shape (2, 2, 2, 3); it must be (2, 2, 3, 3)" in out
+
+
+def test_attention_without_dropout_fails_its_dropout_step_saying_what_dropout_asks(tmp_path, capsys):
+    mine = with_mistake(tmp_path, "attention", ("drop = dropout_scale(p.shape, dropout_p, q) if dropout_p else 1.0",
+                                                "drop = 1.0"))
+    code, out = grade(capsys, "attention", "--file", mine)
+    assert code == 1 and "FAIL  dropout 0.3 (the same seed on both paths)" in out
+    assert "no mask: output, dq, dk and dv wrong" in out and "D = dropout_scale(P.shape, dropout_p, q)" in out
+
+
+def test_a_transformer_with_attention_dropout_trains_on_the_exercises_attention_and_grouped_query_says_what_to_do():
+    """Lesson 05's Transformer (dropout 0.1, in training mode) runs on the attention exercise's solution; the
+    grouped_query exercise has no dropout and says how to run without."""
+    from lessons.exercises.solutions.attention import Attention
+    from lessons.exercises.solutions.grouped_query import GroupedQueryAttention
+    model = models.Transformer(models.TransformerConfig(src_vocab=7, tgt_vocab=7, d_model=8, num_heads=2, n_layers=1,
+                                                        dropout=0.1))
+    src, tgt = ta.tensor(np.arange(12).reshape(2, 6) % 7), ta.tensor(np.arange(10).reshape(2, 5) % 7)
+    with F.use(scaled_dot_product_attention=Attention):
+        model(src, tgt).sum().backward()
+    assert all(p.grad is not None for p in model.parameters())
+    with F.use(scaled_dot_product_attention=GroupedQueryAttention), pytest.raises(ValueError, match="model.eval()"):
+        model(src, tgt)
+    model.eval()
+    with F.use(scaled_dot_product_attention=GroupedQueryAttention):
+        model(src, tgt)
 
 
 def test_softmax_without_its_row_sum_is_named(tmp_path, capsys):

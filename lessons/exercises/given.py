@@ -4,9 +4,11 @@
   whether a causal row block may see a column block at all, `block_scores` is one block of masked scores.
 - grouped_query reuses attention itself: `attend` and `attend_backward` are lesson 03's forward and backward on
   arrays whose leading dims broadcast, with masks.
+- attention's dropout draws the weights it drops with `dropout_scale`, as the library's attention draws them.
 """
 from tinyattn.backend import xp_of
 from tinyattn.functional.attention_inputs import additive_mask
+from tinyattn.functional.dropout import keep_mask
 from tinyattn.functional.softmax import softmax_array
 
 
@@ -53,3 +55,10 @@ def attend_backward(q, k, v, p, grad, scale):
     grad_p = grad @ xp.swapaxes(v, -1, -2)
     grad_s = p * (grad_p - (grad_p * p).sum(axis=-1, keepdims=True))
     return scale * (grad_s @ k), scale * (xp.swapaxes(grad_s, -1, -2) @ q), grad_v, grad_s
+
+
+def dropout_scale(shape, dropout_p, like):
+    """keep / (1 - p) over an array of shape: 0 for each weight dropped (each with probability dropout_p), 1 / (1 - p)
+    for each kept, so that the expected weight stays the same. Drawn from tinyattn's seeded generator, with like's
+    dtype and device, as the library's attention draws it: with the same seed, yours drops the same weights."""
+    return keep_mask(shape, dropout_p, like).astype(like.dtype) * (1.0 / (1.0 - dropout_p))

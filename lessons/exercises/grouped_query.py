@@ -30,7 +30,9 @@ class GroupedQueryAttention(Function):
     @staticmethod
     def forward(ctx, q, k, v, mask, scale, dropout_p, enable_gqa):
         if dropout_p:
-            raise ValueError("this attention has no dropout")
+            raise ValueError(f"this attention has no dropout, and the model asked for dropout_p={dropout_p}: run it "
+                             "in eval mode (model.eval()) or build it with dropout 0.0 while it runs on yours "
+                             "(exercise attention has dropout)")
         xp = xp_of(q)
         query_heads, kv_heads = q.shape[-3], k.shape[-3]
         # TODO: check the head counts (a ValueError when they cannot be shared); the grouped views of q, k, v
