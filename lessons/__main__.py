@@ -4,6 +4,7 @@ python -m lessons 02 --step                  step through it cell by cell (--ste
 python -m lessons 02 --notebook [--out DIR]  write it as a Jupyter notebook (.ipynb) that runs wherever it is saved
 python -m lessons exercises                  list the exercises (lessons/exercises/) and how far each one is
 python -m lessons check NAME                 grade one against the reference path (--file PATH, --solution)
+python -m lessons check all [--dir DIR]      grade every exercise: a summary table (--json: for a grade book)
 
 Run these from the repository root."""
 import glob

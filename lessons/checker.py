@@ -3,6 +3,8 @@
     python -m lessons exercises                               list them, with how many TODOs each has left
     python -m lessons check NAME [--file PATH] [--solution]   grade lessons/exercises/NAME.py, or the copy at PATH,
                                                               or the bundled solution (lessons/exercises/solutions/)
+    python -m lessons check all [--dir DIR] [--json]          grade every exercise (in DIR), every step of each:
+                                                              a summary table, or JSON for a grade book
 
 A check runs in steps and stops at the first that fails, saying why: an exception in your code with the line it
 came from, gradcheck's message, or where your numbers leave the reference path's. A failing step still runs all its
@@ -17,6 +19,7 @@ import contextlib
 import functools
 import importlib.util
 import inspect
+import json
 import pathlib
 import sys
 import textwrap
@@ -68,6 +71,13 @@ class Mismatch(AssertionError):
     """The learner's numbers differ from the reference path's."""
 
 
+class Run:
+    """How the check in progress runs: a learner's check stops at the first step that fails; a grade (check all,
+    --json) keeps going, so that every step counts for partial credit. steps: (description, passed) so far."""
+    keep_going = False
+    steps = []
+
+
 class Step(list):
     """What a step's body gets: the list of notes to print under its "ok", and case(name), a block for one of the
     step's cases. A case that fails does not stop the others: the step fails after its body, reporting them all."""
@@ -101,7 +111,7 @@ class CasesFailed(Exception):
 @contextlib.contextmanager
 def step(description, cases=()):
     """One graded step: "ok", the cases it covered and any notes the body adds to the list it gets; or "FAIL" and
-    why, then Failed."""
+    why, then Failed (when grading, the check goes on to the next step)."""
     notes = Step()
     try:
         yield notes
@@ -113,7 +123,11 @@ def step(description, cases=()):
         print(f"  FAIL  {description}")
         for line in _explain(error).splitlines():
             print(_indented(line))
-        raise Failed from error
+        Run.steps.append((description, False))
+        if not Run.keep_going:
+            raise Failed from error
+        return
+    Run.steps.append((description, True))
     print(f"  ok    {description}", flush=True)
     if cases:
         notes.insert(0, "cases: " + "; ".join(cases))
@@ -180,10 +194,12 @@ class Missing:
 
 class Submission:
     """The learner's names (a module's, or a notebook's globals) as the check reads them. On its first reading a
-    name must be the learner's own work, else Refused; a name that is not there reads as Missing."""
+    name must be the learner's own work, else Refused (when grading, it reads as Missing, and _refused says why); a
+    name that is not there reads as Missing. absent: why a name is not there, when the file did not load."""
 
-    def __init__(self, namespace, given=(), solution=False):
-        self._namespace, self._given, self._solution, self._read = namespace, given, solution, {}
+    def __init__(self, namespace, given=(), solution=False, absent=None):
+        self._namespace, self._given, self._solution, self._absent = namespace, given, solution, absent
+        self._read, self._refused = {}, []
 
     def __getattr__(self, name):
         if name.startswith("__"):
@@ -194,10 +210,14 @@ class Submission:
 
     def _own(self, name):
         if name not in self._namespace:
-            return Missing(name, f"your file defines no {name}")
+            return Missing(name, self._absent or f"your file defines no {name}")
         why = borrowed(name, self._namespace[name], self._given, self._solution)
-        if why:
+        if why and not Run.keep_going:
             raise Refused(why)
+        if why:
+            print(f"  FAIL  your own work\n{_indented(why)}")
+            self._refused.append(why)
+            return Missing(name, f"refused: {why}")
         return self._namespace[name]
 
 
@@ -915,26 +935,55 @@ def list_exercises():
         status = ("file missing" if left is None else f"{left} TODO{'s' * (left != 1)} left" if left else
                   "written: check it")
         print(f"{item.name:22}{item.lesson:8}{status:22}{item.title}")
-    print("\ngrade one: python -m lessons check NAME   (--file PATH for another copy, --solution for the answer)")
+    print("\ngrade one: python -m lessons check NAME   (--file PATH for another copy, --solution for the answer)"
+          "\ngrade all: python -m lessons check all    (--dir DIR for a student's folder, --json for a grade book)")
     return 0
 
 
-def check(name, path):
-    """Grade the file at path as exercise name; True on a pass."""
+def check(name, path, keep_going=False):
+    """Grade the file at path as exercise name. A learner's check stops at the first step that fails; keep_going
+    (a grade) runs every step. Returns the result: passed, each step's verdict, and the score, the share of the
+    exercise's steps passed (loading the file earns nothing)."""
     item = _exercises[name]
     print(f"exercise {name} (lesson {item.lesson}): {item.title}\ngrading {_shown(path)}")
+    Run.keep_going, Run.steps = keep_going, []
+    learner, result = None, {"exercise": name, "lesson": item.lesson, "file": _shown(path), "passed": False}
     try:
         with step("your file loads"):
-            learner = load(path)
-        item.check(Submission(vars(learner), item.given, solution=path.resolve().is_relative_to(EXERCISES / "solutions")))
+            learner = Submission(vars(load(path)), item.given, path.resolve().is_relative_to(EXERCISES / "solutions"))
+        Run.steps = []
+        item.check(learner or Submission({}, absent=f"your file did not load (step 'your file loads')"))
+        result["passed"] = learner is not None and not learner._refused and all(ok for _, ok in Run.steps)
     except Refused as refused:
-        print(f"  FAIL  your own work\n{_indented(str(refused))}\n{name}: REFUSED.")
-        return False
+        print(f"  FAIL  your own work\n{_indented(str(refused))}")
+        result["refused"] = [str(refused)]
     except Failed:
-        print(f"{name}: FAILED. Fix what the message points at, then run the check again.")
-        return False
-    print(f"{name}: PASSED every step.")
-    return True
+        pass
+    if learner is not None and learner._refused:
+        result["refused"] = learner._refused
+    passed = sum(ok for _, ok in Run.steps)
+    result.update(steps_passed=passed, steps_total=len(Run.steps),
+                  score=round(passed / len(Run.steps), 4) if Run.steps else 0.0,
+                  steps=[{"step": description, "passed": ok} for description, ok in Run.steps])
+    verdict = "PASSED every step" if result["passed"] else "REFUSED" if "refused" in result else "FAILED"
+    print(f"{name}: {verdict}." + ("" if result["passed"] or keep_going else
+                                  " Fix what the message points at, then run the check again."))
+    return result
+
+
+def summary(results):
+    """The table of a grade: each exercise's steps passed and result, then the totals."""
+    print(f"\n{'exercise':22}{'lesson':8}{'steps':8}{'score':8}result")
+    for r in results:
+        result = "passed" if r["passed"] else "refused" if "refused" in r else "failed"
+        print(f"{r['exercise']:22}{r['lesson']:8}{r['steps_passed']}/{r['steps_total']:<6}{r['score']:<8.2f}{result}")
+    passed = sum(r["passed"] for r in results)
+    print(f"{passed} of {len(results)} exercises passed; score {_score(results):.2f} (the mean of the exercises' "
+          "scores, each the share of its steps passed)")
+
+
+def _score(results):
+    return round(sum(r["score"] for r in results) / len(results), 4)
 
 
 def say_where_tinyattn_is():
@@ -946,16 +995,31 @@ def say_where_tinyattn_is():
 
 
 def main(argv):
-    """`exercises` or `check NAME [--file PATH] [--solution]`; returns the exit code."""
-    say_where_tinyattn_is()
+    """`exercises`, or `check NAME|all [--file PATH | --solution | --dir DIR] [--json]`; returns the exit code."""
     if argv[:1] == ["exercises"]:
+        say_where_tinyattn_is()
         return list_exercises()
-    parser = argparse.ArgumentParser(prog="python -m lessons check", description="grade an exercise")
-    parser.add_argument("name", choices=sorted(_exercises), metavar="NAME",
-                        help=f"one of {', '.join(_exercises)}")
+    parser = argparse.ArgumentParser(prog="python -m lessons check", description="grade an exercise, or all of them")
+    parser.add_argument("name", choices=sorted(_exercises) + ["all"], metavar="NAME",
+                        help=f"one of {', '.join(_exercises)}; or all")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--file", type=pathlib.Path, help="grade this copy instead of lessons/exercises/NAME.py")
+    where.add_argument("--dir", type=pathlib.Path, help="grade DIR/NAME.py (a student's lessons/exercises/, say)")
     where.add_argument("--solution", action="store_true", help="grade the bundled solution")
+    parser.add_argument("--json", action="store_true", help="every step runs; the results go to stdout as JSON (for "
+                                                            "a grade book), the steps to stderr")
     args = parser.parse_args(argv[1:])
-    path = args.file or EXERCISES / ("solutions" if args.solution else "") / f"{args.name}.py"
-    return 0 if check(args.name, path) else 1
+    names = list(_exercises) if args.name == "all" else [args.name]
+    if args.file and len(names) > 1:
+        parser.error("--file grades one exercise: name it, or give a folder with --dir")
+    folder = args.dir or EXERCISES / ("solutions" if args.solution else "")
+    with contextlib.redirect_stdout(sys.stderr if args.json else sys.stdout):
+        say_where_tinyattn_is()
+        results = [check(name, args.file or folder / f"{name}.py", keep_going=args.json or len(names) > 1)
+                   for name in names]
+        if len(names) > 1:
+            summary(results)
+    if args.json:
+        print(json.dumps({"tinyattn": lesson.PACKAGE, "passed": sum(r["passed"] for r in results),
+                          "exercises_total": len(results), "score": _score(results), "exercises": results}, indent=1))
+    return 0 if all(r["passed"] for r in results) else 1

@@ -1,5 +1,6 @@
 """The exercises and their checker: every bundled solution passes, every untouched stub fails saying so, a wrong
 answer fails with gradcheck's message, and F.use puts a learner's Function into every model and takes it out again."""
+import json
 import pathlib
 import shutil
 import subprocess
@@ -302,3 +303,46 @@ def test_a_missing_name_is_named(tmp_path, capsys):
                                                                                             "def pad_mask"))
     code, out = grade(capsys, "causal_mask", "--file", str(mine))
     assert code == 1 and "LookupError: your file defines no padding_mask" in out
+
+
+# -- grading every exercise ----------------------------------------------------------------------------------------
+def test_check_all_grades_a_folder_with_partial_credit_by_step_as_json(tmp_path, capsys):
+    """check all --dir --json: every step of every exercise runs; a grade book gets each one's steps, score and
+    whether it passed or was refused. A file that does not load, or is missing, fails the same steps (the totals do
+    not depend on the file), and loading earns nothing."""
+    folder = tmp_path / "student"
+    folder.mkdir()
+    shutil.copy(checker.EXERCISES / "solutions" / "online_softmax.py", folder)
+    shutil.copy(with_mistake(tmp_path, "attention", ("grad_q = ctx.scale * (grad_s @ k)", "grad_q = grad_s @ k")),
+                folder)
+    (folder / "causal_mask.py").write_text("from tinyattn.functional import causal_mask\n\n\n"
+                                           "def padding_mask(lengths, key_len):\n    return None\n")
+    (folder / "softmax_backward.py").write_text("class Softmax(:\n")
+    code = checker.main(["check", "all", "--dir", str(folder), "--json"])
+    captured = capsys.readouterr()
+    grades = json.loads(captured.out)
+    assert code == 1 and captured.err.startswith("tinyattn ")           # the steps went to stderr
+    assert grades["tinyattn"] == str(ROOT / "tinyattn") and grades["exercises_total"] == len(EXERCISES)
+    by_name = {r["exercise"]: r for r in grades["exercises"]}
+    assert by_name["online_softmax"]["passed"] and by_name["online_softmax"]["score"] == 1.0
+    attention = by_name["attention"]
+    assert not attention["passed"] and 0 < attention["steps_passed"] < attention["steps_total"]
+    assert [s["passed"] for s in attention["steps"]][:4] == [True, False, False, True]   # float32 still counts
+    assert "is the code of the library" in by_name["causal_mask"]["refused"][0]
+    assert by_name["causal_mask"]["steps_passed"] == 0
+    code = checker.main(["check", "all", "--solution", "--json"])
+    totals = {r["exercise"]: r["steps_total"] for r in json.loads(capsys.readouterr().out)["exercises"]}
+    assert code == 0 and all(by_name[name]["steps_total"] == totals[name] for name in EXERCISES)
+    for name in ("softmax_backward", "layer_norm_backward"):                  # did not load; missing
+        assert by_name[name]["steps_passed"] == 0 and by_name[name]["score"] == 0.0
+    assert grades["score"] == round(sum(r["score"] for r in grades["exercises"]) / len(EXERCISES), 4)
+
+
+def test_check_all_prints_a_summary_table(capsys):
+    code = checker.main(["check", "all"])
+    out = capsys.readouterr().out
+    assert code == 1                                              # the untouched stubs
+    table = out[out.index("\n\nexercise "):].strip().splitlines()
+    assert table[0].split() == ["exercise", "lesson", "steps", "score", "result"]
+    assert table[2].split() == ["softmax_backward", "03", "0/6", "0.00", "failed"]
+    assert table[-1].startswith(f"0 of {len(EXERCISES)} exercises passed; score 0.00")
