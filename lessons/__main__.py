@@ -3,6 +3,7 @@ python -m lessons 02                         run lesson 02 (flags such as --quic
 python -m lessons 02 --step                  step through it cell by cell (--step --help says how)
 python -m lessons 02 --notebook [--out DIR]  write it as a Jupyter notebook (.ipynb) that runs wherever it is saved
 python -m lessons exercises                  list the exercises (lessons/exercises/) and how far each one is
+python -m lessons exercises --notebook       write them as notebooks graded by their last cell ([--out DIR] [NAME])
 python -m lessons check NAME                 grade one against the reference path (--file PATH, --solution)
 python -m lessons check all [--dir DIR]      grade every exercise: a summary table (--json: for a grade book)
 

@@ -20,10 +20,12 @@ import functools
 import importlib.util
 import inspect
 import json
+import linecache
 import pathlib
 import sys
 import textwrap
 import traceback
+import types
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,6 +33,7 @@ import numpy as np
 import tinyattn as ta
 import tinyattn.functional as F
 from lessons import mistakes
+from lessons.notebook import exercise_notebook, notebook_code, write_notebook
 from tinyattn import lesson, models, nn, optim
 
 LESSONS = pathlib.Path(__file__).resolve().parent
@@ -161,9 +164,19 @@ def _is_learner_file(filename):
 
 def load(path):
     """The learner's file as a module, with the repository root on the path as for a lesson, so that
-    `lessons.exercises.given` imports wherever the file is."""
+    `lessons.exercises.given` imports wherever the file is. A notebook (.ipynb) runs its code cells in order but the
+    one that grades; an error in one names it as "NAME.ipynb, cell N"."""
     if str(LESSONS.parent) not in sys.path:
         sys.path.insert(0, str(LESSONS.parent))
+    if path.suffix == ".ipynb":
+        module = types.ModuleType(f"exercise_{path.stem}")
+        module.__file__ = str(path)
+        for number, code in notebook_code(path):
+            cell = f"{path}, cell {number}"
+            _learner_files.add(pathlib.Path(cell).resolve())
+            linecache.cache[cell] = (len(code), None, code.splitlines(keepends=True), cell)   # lines for tracebacks
+            exec(compile(code, cell, "exec"), vars(module))
+        return module
     _learner_files.add(path.resolve())
     spec = importlib.util.spec_from_file_location(f"exercise_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
@@ -623,7 +636,7 @@ def _check_attention(function, cases, enable_gqa, diagnose=None):
         q, k, v, _, _ = next(iter(cases.values()))
         try:
             runs_forward_and_backward(slot, function, call(False), (q, k, v), {"q": 0, "k": 1, "v": 2})
-        except Exception as error:
+        except ValueError as error:                   # a product or a broadcast whose shapes do not fit
             error.add_note(mistakes.attention_shapes(q, k, v))
             raise
     with step("gradcheck in float64 on q, k, v and a float mask", cases) as each:
@@ -941,18 +954,41 @@ def list_exercises():
 
 
 def check(name, path, keep_going=False):
-    """Grade the file at path as exercise name. A learner's check stops at the first step that fails; keep_going
-    (a grade) runs every step. Returns the result: passed, each step's verdict, and the score, the share of the
-    exercise's steps passed (loading the file earns nothing)."""
+    """Grade the file at path (a .py file or a notebook) as exercise name. A learner's check stops at the first step
+    that fails; keep_going (a grade) runs every step. Returns the result: passed, each step's verdict, and the score,
+    the share of the exercise's steps passed (loading the file earns nothing)."""
+    return _grade(name, _shown(path), lambda: vars(load(path)), path.resolve().is_relative_to(EXERCISES / "solutions"),
+                  keep_going)
+
+
+def check_notebook(name, namespace):
+    """Grade exercise name on a notebook's own code, from its last cell: check_notebook("attention", globals()). The
+    same steps as `python -m lessons check NAME`; an error in the learner's code names its cell's line."""
+    say_where_tinyattn_is()
+    for value in namespace.values():
+        for function in _functions_of(value):
+            _learner_files.add(pathlib.Path(function.__code__.co_filename).resolve())
+    _grade(name, "this notebook's code", lambda: namespace)
+
+
+def _functions_of(value):
+    """The functions a notebook's name holds: itself, or a class's forward and backward, where they are code."""
+    candidates = [value] if inspect.isfunction(value) else \
+        [getattr(value, m, None) for m in ("forward", "backward")] if inspect.isclass(value) else []
+    return [f for f in candidates if inspect.isfunction(f)]
+
+
+def _grade(name, shown, names, solution=False, keep_going=False):
+    """check's steps, on the names that names() gives (a module's, a notebook's)."""
     item = _exercises[name]
-    print(f"exercise {name} (lesson {item.lesson}): {item.title}\ngrading {_shown(path)}")
+    print(f"exercise {name} (lesson {item.lesson}): {item.title}\ngrading {shown}")
     Run.keep_going, Run.steps = keep_going, []
-    learner, result = None, {"exercise": name, "lesson": item.lesson, "file": _shown(path), "passed": False}
+    learner, result = None, {"exercise": name, "lesson": item.lesson, "file": shown, "passed": False}
     try:
         with step("your file loads"):
-            learner = Submission(vars(load(path)), item.given, path.resolve().is_relative_to(EXERCISES / "solutions"))
+            learner = Submission(names(), item.given, solution)
         Run.steps = []
-        item.check(learner or Submission({}, absent=f"your file did not load (step 'your file loads')"))
+        item.check(learner or Submission({}, absent="your file did not load (step 'your file loads')"))
         result["passed"] = learner is not None and not learner._refused and all(ok for _, ok in Run.steps)
     except Refused as refused:
         print(f"  FAIL  your own work\n{_indented(str(refused))}")
@@ -994,17 +1030,41 @@ def say_where_tinyattn_is():
         print(warning)
 
 
+def write_notebooks(argv):
+    """`exercises --notebook [--out DIR] [NAME ...]`: each exercise (or those named) as NAME.ipynb in DIR."""
+    parser = argparse.ArgumentParser(prog="python -m lessons exercises --notebook",
+                                     description="write exercises as notebooks, graded by their last cell")
+    parser.add_argument("names", nargs="*", metavar="NAME", help=f"some of {', '.join(_exercises)} (default: all)")
+    parser.add_argument("--out", help="the folder to write them to (default: the current folder)")
+    args = parser.parse_args([a for a in argv if a != "--notebook"])
+    unknown = [name for name in args.names if name not in _exercises]
+    if unknown:
+        parser.error(f"no exercise {unknown[0]!r}; the exercises are {', '.join(_exercises)}")
+    for name in args.names or _exercises:
+        print(f"wrote {write_notebook(EXERCISES / f'{name}.py', args.out, build=exercise_notebook)}")
+    print(f"open one in Jupyter, fill in its TODOs and run its last cell; or grade it with "
+          f"python -m lessons check NAME --file NAME.ipynb")
+    return 0
+
+
+def _submitted(folder, name):
+    """folder/NAME.py, or the notebook folder/NAME.ipynb when only it is there."""
+    notebook = folder / f"{name}.ipynb"
+    return notebook if notebook.exists() and not (folder / f"{name}.py").exists() else folder / f"{name}.py"
+
+
 def main(argv):
-    """`exercises`, or `check NAME|all [--file PATH | --solution | --dir DIR] [--json]`; returns the exit code."""
+    """`exercises [--notebook ...]`, or `check NAME|all [--file PATH | --solution | --dir DIR] [--json]`; returns
+    the exit code."""
     if argv[:1] == ["exercises"]:
         say_where_tinyattn_is()
-        return list_exercises()
+        return write_notebooks(argv[1:]) if "--notebook" in argv else list_exercises()
     parser = argparse.ArgumentParser(prog="python -m lessons check", description="grade an exercise, or all of them")
     parser.add_argument("name", choices=sorted(_exercises) + ["all"], metavar="NAME",
                         help=f"one of {', '.join(_exercises)}; or all")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--file", type=pathlib.Path, help="grade this copy instead of lessons/exercises/NAME.py")
-    where.add_argument("--dir", type=pathlib.Path, help="grade DIR/NAME.py (a student's lessons/exercises/, say)")
+    where.add_argument("--dir", type=pathlib.Path, help="grade DIR/NAME.py, or DIR/NAME.ipynb (a student's folder)")
     where.add_argument("--solution", action="store_true", help="grade the bundled solution")
     parser.add_argument("--json", action="store_true", help="every step runs; the results go to stdout as JSON (for "
                                                             "a grade book), the steps to stderr")
@@ -1015,7 +1075,7 @@ def main(argv):
     folder = args.dir or EXERCISES / ("solutions" if args.solution else "")
     with contextlib.redirect_stdout(sys.stderr if args.json else sys.stdout):
         say_where_tinyattn_is()
-        results = [check(name, args.file or folder / f"{name}.py", keep_going=args.json or len(names) > 1)
+        results = [check(name, args.file or _submitted(folder, name), keep_going=args.json or len(names) > 1)
                    for name in names]
         if len(names) > 1:
             summary(results)

@@ -3,7 +3,12 @@
 Markdown cells stay markdown, code cells stay code, in the file's order. The notebook imports everything from the
 installed tinyattn package, so it runs wherever it is saved; TINYATTN_QUICK=1 in the kernel's environment runs the
 lesson's --quick configuration. Figures show inline and are still written under plots/.
+
+An exercise as a notebook: `python -m lessons exercises --notebook [--out DIR] [NAME ...]` writes NAME.ipynb, the
+exercise's statement, its code to fill in (from lessons/exercises/NAME.py as it is now) and a last cell that grades
+the notebook's own code with the checker; `python -m lessons check NAME --file NAME.ipynb` grades it the same way.
 """
+import ast
 import json
 import os
 
@@ -17,23 +22,58 @@ def _source(text):
 
 def notebook(path):
     """The notebook (a dict in nbformat 4.5) of a lesson file."""
-    cells = []
-    for i, (kind, text, _) in enumerate(raw_cells(path)):
-        cell = {"cell_type": kind, "id": f"cell-{i}", "metadata": {}, "source": _source(text)}
+    return _notebook([(kind, text, {}) for kind, text, _ in raw_cells(path)])
+
+
+def _notebook(cells):
+    """The notebook of cells, each (kind, text, metadata)."""
+    made = []
+    for i, (kind, text, metadata) in enumerate(cells):
+        cell = {"cell_type": kind, "id": f"cell-{i}", "metadata": metadata, "source": _source(text)}
         if kind == "code":
             cell.update(execution_count=None, outputs=[])
-        cells.append(cell)
-    return {"cells": cells, "nbformat": 4, "nbformat_minor": 5,
+        made.append(cell)
+    return {"cells": made, "nbformat": 4, "nbformat_minor": 5,
             "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
                          "language_info": {"name": "python"}}}
 
 
-def write_notebook(path, out_dir=None):
-    """Write the lesson's notebook into out_dir (default: the current folder); returns its path."""
+def write_notebook(path, out_dir=None, build=notebook):
+    """Write build(path), the notebook of a lesson (or of an exercise: exercise_notebook), into out_dir (default: the
+    current folder), named after path; returns its path."""
     out_dir = out_dir or os.getcwd()
     os.makedirs(out_dir, exist_ok=True)
     target = os.path.join(out_dir, os.path.splitext(os.path.basename(path))[0] + ".ipynb")
     with open(target, "w", encoding="utf-8") as f:
-        json.dump(notebook(path), f, indent=1)
+        json.dump(build(path), f, indent=1)
         f.write("\n")
     return target
+
+
+CHECK_TAG = "exercise-check"         # the cell that grades: `check --file` runs every code cell but this one
+SETUP = ("# lessons.exercises... imports from the repository of the tinyattn imported here (a clone, or an editable "
+         "install)\nfrom tinyattn.lesson import repository_on_path\n\n"
+         "assert repository_on_path(), \"this tinyattn is not a clone's: the exercises and their checker live in one\"")
+
+
+def exercise_notebook(path):
+    """The notebook of an exercise file: its statement (the docstring), a cell that puts the repository on the path,
+    the file's code to fill in, and the cell that grades it."""
+    text = open(path, encoding="utf-8").read()
+    module = ast.parse(text)
+    statement, name = ast.get_docstring(module), os.path.splitext(os.path.basename(path))[0]
+    code = "\n".join(text.splitlines()[module.body[0].end_lineno:]).strip("\n")
+    title, _, rest = statement.partition("\n")
+    return _notebook([
+        ("markdown", f"# {title}\n\n```text\n{rest.strip()}\n```", {}), ("code", SETUP, {}), ("code", code, {}),
+        ("markdown", f"Run the cell below to grade your code: the steps of `python -m lessons check {name}`.", {}),
+        ("code", f"from lessons.checker import check_notebook\n\ncheck_notebook({name!r}, globals())",
+         {"tags": [CHECK_TAG]})])
+
+
+def notebook_code(path):
+    """(cell number from 1, source) of each code cell of a notebook file but the grading one."""
+    with open(path, encoding="utf-8") as f:
+        cells = json.load(f)["cells"]
+    return [(i + 1, "".join(cell["source"])) for i, cell in enumerate(cells)
+            if cell["cell_type"] == "code" and CHECK_TAG not in cell["metadata"].get("tags", [])]

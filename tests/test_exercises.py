@@ -346,3 +346,46 @@ def test_check_all_prints_a_summary_table(capsys):
     assert table[0].split() == ["exercise", "lesson", "steps", "score", "result"]
     assert table[2].split() == ["softmax_backward", "03", "0/6", "0.00", "failed"]
     assert table[-1].startswith(f"0 of {len(EXERCISES)} exercises passed; score 0.00")
+
+
+# -- exercises as notebooks ----------------------------------------------------------------------------------------
+def solved_notebook(path, name):
+    """The exercise notebook at path with its code cell replaced by the bundled solution's code."""
+    notebook = json.loads(path.read_text())
+    solution = (checker.EXERCISES / "solutions" / f"{name}.py").read_text()
+    code = solution.split('"""', 2)[2].strip("\n")                       # the solution without its docstring
+    [cell] = [c for c in notebook["cells"] if c["cell_type"] == "code" and "NotImplementedError" in "".join(c["source"])]
+    cell["source"] = code
+    path.write_text(json.dumps(notebook))
+
+
+def test_exercises_as_notebooks_are_graded_by_the_checker(tmp_path, capsys):
+    assert checker.main(["exercises", "--notebook", "--out", str(tmp_path)]) == 0
+    assert sorted(p.stem for p in tmp_path.glob("*.ipynb")) == sorted(EXERCISES)
+    notebook = tmp_path / "attention.ipynb"
+    cells = json.loads(notebook.read_text())["cells"]
+    assert cells[0]["cell_type"] == "markdown" and "".join(cells[0]["source"]).startswith("# Exercise · single-head")
+    assert cells[-1]["metadata"]["tags"] == ["exercise-check"]
+    capsys.readouterr()
+    code, out = grade(capsys, "attention", "--file", str(notebook))
+    assert code == 1 and 'at attention.ipynb, cell 3 line ' in out and 'raise NotImplementedError("not' in out
+    solved_notebook(notebook, "attention")
+    code, out = grade(capsys, "attention", "--file", str(notebook))
+    assert code == 0 and "attention: PASSED every step" in out
+    checker.main(["check", "all", "--dir", str(tmp_path), "--json"])                 # a folder of notebooks
+    graded = {r["exercise"]: r for r in json.loads(capsys.readouterr().out)["exercises"]}
+    assert graded["attention"]["passed"] and graded["attention"]["file"].endswith("attention.ipynb")
+    assert not graded["rotary"]["passed"]
+
+
+def test_an_exercise_notebook_grades_itself_in_its_last_cell(tmp_path, capsys):
+    nbclient = pytest.importorskip("nbclient")
+    nbformat = pytest.importorskip("nbformat")
+    pytest.importorskip("ipykernel")
+    checker.main(["exercises", "--notebook", "--out", str(tmp_path), "softmax_backward"])
+    solved_notebook(tmp_path / "softmax_backward.ipynb", "softmax_backward")
+    notebook = nbformat.read(str(tmp_path / "softmax_backward.ipynb"), as_version=4)
+    nbclient.NotebookClient(notebook, timeout=120, resources={"metadata": {"path": str(tmp_path)}}).execute()
+    shown = "".join(o.get("text", "") for cell in notebook.cells for o in cell.get("outputs", []))
+    assert "grading this notebook's code" in shown and "softmax_backward: PASSED every step" in shown
+    assert [o for cell in notebook.cells for o in cell.get("outputs", []) if o["output_type"] != "stream"] == []

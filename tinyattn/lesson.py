@@ -50,8 +50,7 @@ def options(description="", arguments=()):
     args.plots = args.plots or (plots if args.gallery else os.path.join(runs, "quick") if args.quick else runs)
     os.makedirs(args.plots, exist_ok=True)
     manual_seed(args.seed)
-    if os.path.isdir(LESSONS) and ROOT not in sys.path:
-        sys.path.insert(0, ROOT)      # `from lessons.exercises...` imports as from the repository root, from anywhere
+    repository_on_path()
     cpu.tune_allocator()          # a lesson is a whole program: let glibc keep freed memory (tinyattn/cpu/tuning.py)
     described = environment.describe()
     print(environment.line(described) + f" · seed {args.seed}" + (" · quick" if args.quick else "") +
@@ -63,6 +62,14 @@ def options(description="", arguments=()):
     if note:
         print(note, flush=True)
     return args
+
+
+def repository_on_path():
+    """In a clone, put its root on sys.path, so that `from lessons.exercises...` imports as from the root wherever
+    the lesson, or an exercise's notebook, runs. Returns whether there is one."""
+    if os.path.isdir(LESSONS) and ROOT not in sys.path:
+        sys.path.insert(0, ROOT)
+    return os.path.isdir(LESSONS)
 
 
 def another_clone(script):
