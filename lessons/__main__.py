@@ -6,6 +6,7 @@ python -m lessons exercises                  list the exercises (lessons/exercis
 python -m lessons exercises --notebook       write them as notebooks graded by their last cell ([--out DIR] [NAME])
 python -m lessons check NAME                 grade one against the reference path (--file PATH, --solution)
 python -m lessons check all [--dir DIR]      grade every exercise: a summary table (--json: for a grade book)
+python -m lessons student-copy DIR           write the repository without the exercises' solutions (for a class)
 
 Run these from the repository root."""
 import glob
@@ -40,6 +41,9 @@ def main(argv):
     if argv[:1] in (["exercises"], ["check"]):
         from lessons import checker
         sys.exit(checker.main(argv))
+    if argv[:1] == ["student-copy"]:
+        from lessons import student_copy
+        sys.exit(student_copy.main(argv[1:]))
     files = lesson_files()
     if not argv or argv[0] in ("-h", "--help"):
         for path in files:

@@ -948,7 +948,8 @@ def list_exercises():
         status = ("file missing" if left is None else f"{left} TODO{'s' * (left != 1)} left" if left else
                   "written: check it")
         print(f"{item.name:22}{item.lesson:8}{status:22}{item.title}")
-    print("\ngrade one: python -m lessons check NAME   (--file PATH for another copy, --solution for the answer)"
+    answer = ", --solution for the answer" if (EXERCISES / "solutions").is_dir() else ""
+    print(f"\ngrade one: python -m lessons check NAME   (--file PATH for another copy{answer})"
           "\ngrade all: python -m lessons check all    (--dir DIR for a student's folder, --json for a grade book)")
     return 0
 
@@ -1069,6 +1070,8 @@ def main(argv):
     parser.add_argument("--json", action="store_true", help="every step runs; the results go to stdout as JSON (for "
                                                             "a grade book), the steps to stderr")
     args = parser.parse_args(argv[1:])
+    if args.solution and not (EXERCISES / "solutions").is_dir():
+        parser.error("--solution: this copy has no lessons/exercises/solutions/ (a student copy)")
     names = list(_exercises) if args.name == "all" else [args.name]
     if args.file and len(names) > 1:
         parser.error("--file grades one exercise: name it, or give a folder with --dir")

@@ -20,6 +20,11 @@ sys.path.insert(0, str(ROOT))
 from lessons import checker  # noqa: E402  (the repository root, not tests/, holds the lessons package)
 
 EXERCISES = list(checker._exercises)
+SOLUTIONS = checker.EXERCISES / "solutions"
+# A student copy (python -m lessons student-copy) has no solutions, and its lessons/exercises/ holds the student's
+# work: the tests that need the solutions or the untouched stubs skip there.
+instructors = pytest.mark.skipif(not SOLUTIONS.is_dir(), reason="a student copy: no solutions/, and "
+                                                                "lessons/exercises/ holds the student's work")
 
 
 @pytest.fixture(autouse=True)
@@ -33,18 +38,23 @@ def grade(capsys, *argv):
     return code, capsys.readouterr().out
 
 
-def test_every_exercise_has_a_stub_and_a_solution():
-    stubs = {p.stem for p in checker.EXERCISES.glob("*.py")} - {"__init__", "given"}
-    solutions = {p.stem for p in (checker.EXERCISES / "solutions").glob("*.py")} - {"__init__"}
-    assert stubs == solutions == set(EXERCISES)
+def test_every_exercise_has_a_file():
+    assert {p.stem for p in checker.EXERCISES.glob("*.py")} - {"__init__", "given"} == set(EXERCISES)
 
 
+@instructors
+def test_every_exercise_has_a_solution():
+    assert {p.stem for p in SOLUTIONS.glob("*.py")} - {"__init__"} == set(EXERCISES)
+
+
+@instructors
 @pytest.mark.parametrize("name", EXERCISES)
 def test_bundled_solution_passes(name, capsys):
     code, out = grade(capsys, name, "--solution")
     assert code == 0 and f"{name}: PASSED" in out, out
 
 
+@instructors
 @pytest.mark.parametrize("name", EXERCISES)
 def test_untouched_stub_fails_saying_not_implemented_yet(name, capsys):
     code, out = grade(capsys, name)
@@ -55,7 +65,7 @@ def test_untouched_stub_fails_saying_not_implemented_yet(name, capsys):
 
 def with_mistake(tmp_path, name, *replacements):
     """The bundled solution of exercise name with each (right, wrong) replacement made, as the learner's file."""
-    text = (checker.EXERCISES / "solutions" / f"{name}.py").read_text()
+    text = (SOLUTIONS / f"{name}.py").read_text()
     for right, wrong in replacements:
         assert right in text
         text = text.replace(right, wrong)
@@ -64,6 +74,7 @@ def with_mistake(tmp_path, name, *replacements):
     return str(mine)
 
 
+@instructors
 def test_a_wrong_backward_fails_with_gradchecks_message(tmp_path, capsys):
     """The loop of the README: a missing scale in dQ fails the gradcheck, which says it is a factor everywhere, that
     dk and dv are right, and which mistake the numbers match."""
@@ -77,6 +88,7 @@ def test_a_wrong_backward_fails_with_gradchecks_message(tmp_path, capsys):
     assert "also is_causal, 3 queries and 5 keys: dq wrong, dk and dv right" in out     # every case, one line each
 
 
+@instructors
 def test_every_gradient_is_reported_and_a_missing_row_sum_is_named(tmp_path, capsys):
     """Without softmax's row-sum term dq and dk are wrong and dv right: the report says so for each, and points at
     the softmax's backward, before the check stops."""
@@ -90,6 +102,7 @@ def test_every_gradient_is_reported_and_a_missing_row_sum_is_named(tmp_path, cap
     assert "also a learned float mask (3, 5): dq, dk and dmask wrong, dv right" in out
 
 
+@instructors
 def test_a_mask_applied_after_the_softmax_is_named_and_the_cases_without_a_mask_pass(tmp_path, capsys):
     mine = with_mistake(tmp_path, "attention",
                         ("s = xp.where(mask, s, xp.asarray(-xp.inf, dtype=s.dtype))", "pass"),
@@ -102,6 +115,7 @@ def test_a_mask_applied_after_the_softmax_is_named_and_the_cases_without_a_mask_
     assert "passed: no mask; k and v (1, 2, 5, .) broadcast over q's batch" in out
 
 
+@instructors
 def test_a_product_the_wrong_way_round_gets_the_shapes(tmp_path, capsys):
     mine = with_mistake(tmp_path, "attention", ("grad_v = xp.swapaxes(p * drop, -1, -2) @ grad",
                                                 "grad_v = (p * drop) @ grad"))
@@ -111,6 +125,7 @@ def test_a_product_the_wrong_way_round_gets_the_shapes(tmp_path, capsys):
     assert "dV (2, 2, 5, 3) = P^T (2, 2, 5, 3) dO (2, 2, 3, 3)" in " ".join(out.split())     # across wrapped lines
 
 
+@instructors
 def test_a_forward_of_the_wrong_shape_is_named_before_the_backward_runs(tmp_path, capsys):
     mine = with_mistake(tmp_path, "attention", ("return (p * drop) @ v", "return ((p * drop) @ v)[..., :2, :]"))
     code, out = grade(capsys, "attention", "--file", mine)
@@ -118,6 +133,7 @@ def test_a_forward_of_the_wrong_shape_is_named_before_the_backward_runs(tmp_path
     assert "your forward returned an output of shape (2, 2, 2, 3); it must be (2, 2, 3, 3)" in out
 
 
+@instructors
 def test_attention_without_dropout_fails_its_dropout_step_saying_what_dropout_asks(tmp_path, capsys):
     mine = with_mistake(tmp_path, "attention", ("drop = dropout_scale(p.shape, dropout_p, q) if dropout_p else 1.0",
                                                 "drop = 1.0"))
@@ -126,6 +142,7 @@ def test_attention_without_dropout_fails_its_dropout_step_saying_what_dropout_as
     assert "no mask: output, dq, dk and dv wrong" in out and "D = dropout_scale(P.shape, dropout_p, q)" in out
 
 
+@instructors
 def test_a_transformer_with_attention_dropout_trains_on_the_exercises_attention_and_grouped_query_says_what_to_do():
     """Lesson 05's Transformer (dropout 0.1, in training mode) runs on the attention exercise's solution; the
     grouped_query exercise has no dropout and says how to run without."""
@@ -144,6 +161,7 @@ def test_a_transformer_with_attention_dropout_trains_on_the_exercises_attention_
         model(src, tgt)
 
 
+@instructors
 def test_softmax_without_its_row_sum_is_named(tmp_path, capsys):
     mine = with_mistake(tmp_path, "softmax_backward", ("y * (grad - (grad * y).sum(axis=ctx.dim, keepdims=True))",
                                                        "y * grad"))
@@ -151,6 +169,7 @@ def test_softmax_without_its_row_sum_is_named(tmp_path, capsys):
     assert code == 1 and "looks like this mistake: the row-sum term is missing" in out
 
 
+@instructors
 def test_a_wrong_answer_that_passes_gradcheck_fails_against_the_reference(tmp_path, capsys):
     """A causal mask off by one is a different function, with a correct gradient: only the comparison catches it."""
     mine = with_mistake(tmp_path, "causal_mask", ("cols <= rows + offset", "cols < rows + offset"))
@@ -158,12 +177,14 @@ def test_a_wrong_answer_that_passes_gradcheck_fails_against_the_reference(tmp_pa
     assert code == 1 and "causal_mask(5, 5, 0) differs at 5 of 25 places" in out
 
 
+@instructors
 def test_float64_in_a_float32_backward_fails(tmp_path, capsys):
     mine = with_mistake(tmp_path, "label_smoothing", (".astype(log_p.dtype)", ""))
     code, out = grade(capsys, "label_smoothing", "--file", mine)
     assert code == 1 and "FAIL  float32 stays float32" in out and "float64 gradients" in out
 
 
+@instructors
 def test_command_line(tmp_path):
     def run(*argv):
         return subprocess.run([sys.executable, "-m", "lessons", *argv], cwd=ROOT, capture_output=True, text=True,
@@ -177,7 +198,7 @@ def test_command_line(tmp_path):
     assert unknown.returncode == 2 and "softmax_backward" in unknown.stderr
     copy = tmp_path / "anywhere" / "flash_forward.py"             # a copy outside the repository still imports
     copy.parent.mkdir()                                          # the given helpers
-    shutil.copy(checker.EXERCISES / "solutions" / "flash_forward.py", copy)
+    shutil.copy(SOLUTIONS / "flash_forward.py", copy)
     assert run("check", "flash_forward", "--file", str(copy)).returncode == 0
 
 
@@ -239,13 +260,14 @@ def test_use_refuses_unknown_names_and_non_functions_and_changes_nothing_then():
 
 
 # -- lessons on the learner's file ---------------------------------------------------------------------------------
+@instructors
 def test_a_lesson_runs_on_the_learners_file_once_complete_else_the_solution_else_the_library(tmp_path):
     """What lesson 06 trains on: the learner's attention.py when no TODO is left, else the bundled solution, else
     (a student copy: no solutions/) the library's reference Function; the line returned says which."""
     exercises = tmp_path / "exercises"
     (exercises / "solutions").mkdir(parents=True)
     shutil.copy(checker.EXERCISES / "attention.py", exercises)
-    shutil.copy(checker.EXERCISES / "solutions" / "attention.py", exercises / "solutions")
+    shutil.copy(SOLUTIONS / "attention.py", exercises / "solutions")
     pick = lambda: checker.learners_or_bundled("attention", "Attention", ReferenceScaledDotProductAttention, exercises)
     function, which = pick()
     assert which.startswith("the bundled solution") and "has 2 TODOs left" in which
@@ -275,7 +297,7 @@ def test_the_readmes_import_of_an_exercise_works_from_the_repository_root():
 # -- the learner's own work ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name, text", [
     ("attention", "from tinyattn.functional.attention import ReferenceScaledDotProductAttention as Attention\n"),
-    ("attention", "from lessons.exercises.solutions.attention import Attention\n"),
+    pytest.param("attention", "from lessons.exercises.solutions.attention import Attention\n", marks=instructors),
     ("attention", "from tinyattn.functional.attention import ReferenceScaledDotProductAttention\n\n\n"
                   "class Attention(ReferenceScaledDotProductAttention):\n    pass\n"),
     ("attention", "from tinyattn import Function\nfrom tinyattn.functional import attention as library\n\n\n"
@@ -297,22 +319,24 @@ def test_a_file_that_hands_in_the_librarys_or_a_solutions_code_is_refused(name, 
     assert out.count("  ok  ") == 1                                   # "your file loads", and no step ran it
 
 
+@instructors
 def test_a_missing_name_is_named(tmp_path, capsys):
     mine = tmp_path / "causal_mask.py"
-    mine.write_text((checker.EXERCISES / "solutions" / "causal_mask.py").read_text().replace("def padding_mask",
+    mine.write_text((SOLUTIONS / "causal_mask.py").read_text().replace("def padding_mask",
                                                                                             "def pad_mask"))
     code, out = grade(capsys, "causal_mask", "--file", str(mine))
     assert code == 1 and "LookupError: your file defines no padding_mask" in out
 
 
 # -- grading every exercise ----------------------------------------------------------------------------------------
+@instructors
 def test_check_all_grades_a_folder_with_partial_credit_by_step_as_json(tmp_path, capsys):
     """check all --dir --json: every step of every exercise runs; a grade book gets each one's steps, score and
     whether it passed or was refused. A file that does not load, or is missing, fails the same steps (the totals do
     not depend on the file), and loading earns nothing."""
     folder = tmp_path / "student"
     folder.mkdir()
-    shutil.copy(checker.EXERCISES / "solutions" / "online_softmax.py", folder)
+    shutil.copy(SOLUTIONS / "online_softmax.py", folder)
     shutil.copy(with_mistake(tmp_path, "attention", ("grad_q = ctx.scale * (grad_s @ k)", "grad_q = grad_s @ k")),
                 folder)
     (folder / "causal_mask.py").write_text("from tinyattn.functional import causal_mask\n\n\n"
@@ -338,6 +362,7 @@ def test_check_all_grades_a_folder_with_partial_credit_by_step_as_json(tmp_path,
     assert grades["score"] == round(sum(r["score"] for r in grades["exercises"]) / len(EXERCISES), 4)
 
 
+@instructors
 def test_check_all_prints_a_summary_table(capsys):
     code = checker.main(["check", "all"])
     out = capsys.readouterr().out
@@ -352,13 +377,14 @@ def test_check_all_prints_a_summary_table(capsys):
 def solved_notebook(path, name):
     """The exercise notebook at path with its code cell replaced by the bundled solution's code."""
     notebook = json.loads(path.read_text())
-    solution = (checker.EXERCISES / "solutions" / f"{name}.py").read_text()
+    solution = (SOLUTIONS / f"{name}.py").read_text()
     code = solution.split('"""', 2)[2].strip("\n")                       # the solution without its docstring
     [cell] = [c for c in notebook["cells"] if c["cell_type"] == "code" and "NotImplementedError" in "".join(c["source"])]
     cell["source"] = code
     path.write_text(json.dumps(notebook))
 
 
+@instructors
 def test_exercises_as_notebooks_are_graded_by_the_checker(tmp_path, capsys):
     assert checker.main(["exercises", "--notebook", "--out", str(tmp_path)]) == 0
     assert sorted(p.stem for p in tmp_path.glob("*.ipynb")) == sorted(EXERCISES)
@@ -378,6 +404,7 @@ def test_exercises_as_notebooks_are_graded_by_the_checker(tmp_path, capsys):
     assert not graded["rotary"]["passed"]
 
 
+@instructors
 def test_an_exercise_notebook_grades_itself_in_its_last_cell(tmp_path, capsys):
     nbclient = pytest.importorskip("nbclient")
     nbformat = pytest.importorskip("nbformat")

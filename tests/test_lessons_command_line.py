@@ -52,7 +52,7 @@ def test_the_first_line_names_the_package_folder_and_warns_when_it_is_another_cl
     first = subprocess.run([sys.executable, str(ROOT / "lessons" / "03_self_attention.py"), "--quick", "--plots",
                             str(tmp_path)], cwd=tmp_path, capture_output=True, text=True, timeout=120).stdout
     assert first.splitlines()[0].endswith(f"imported from {package}") and "warning" not in first
-    checked = run("check", "online_softmax", "--solution", tmp_path=tmp_path).stdout
+    checked = run("check", "online_softmax", tmp_path=tmp_path).stdout
     assert checked.splitlines()[0].startswith("tinyattn ") and checked.splitlines()[0].endswith(f"from {package}")
     assert lesson.another_clone(str(ROOT / "lessons" / "06_gpt.py")) is None
     assert lesson.another_clone("ipykernel_launcher.py") is None                  # a notebook: no repository

@@ -1,0 +1,96 @@
+"""An instructor's student copy: the repository without the exercises' solutions, in which everything a student runs
+works (lessons, the checker, the tests the copy carries)."""
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from lessons import student_copy
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.skipif(not (ROOT / "lessons" / "exercises" / "solutions").is_dir(),
+                                reason="a student copy: making one is the instructor's repository's test")
+
+
+def run(argv, cwd, package_from, timeout=120):
+    """A command in cwd with tinyattn imported from package_from."""
+    env = {**os.environ, "PYTHONPATH": str(package_from), "TINYATTN_PLOTS": str(cwd / "plots" / "runs")}
+    return subprocess.run([sys.executable, *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture(scope="module")
+def copy(tmp_path_factory):
+    target = tmp_path_factory.mktemp("class") / "tinyattn"
+    made = run(["-m", "lessons", "student-copy", str(target)], ROOT, ROOT)
+    assert made.returncode == 0, made.stderr
+    assert "without lessons/exercises/solutions/" in made.stdout
+    return target
+
+
+def test_the_copy_has_the_exercises_without_their_solutions(copy):
+    assert (copy / "lessons" / "exercises" / "attention.py").read_text() == \
+        (ROOT / "lessons" / "exercises" / "attention.py").read_text()
+    assert (copy / "lessons" / "checker.py").exists() and (copy / "tests" / "test_exercises.py").exists()
+    assert not (copy / "lessons" / "exercises" / "solutions").exists() and not (copy / ".git").exists()
+    readme = (copy / "README.md").read_text()
+    assert "## Exercises" in readme and "### For instructors" not in readme and "## The lessons" in readme
+
+
+def test_a_student_checks_and_grades_in_the_copy(copy):
+    checked = run(["-m", "lessons", "check", "attention"], copy, copy)
+    assert checked.returncode == 1 and "NotImplementedError: not implemented yet" in checked.stdout
+    assert checked.stdout.splitlines()[0].endswith(f"imported from {copy / 'tinyattn'}")
+    graded = run(["-m", "lessons", "check", "all", "--json"], copy, copy)
+    assert graded.returncode == 1 and json.loads(graded.stdout)["passed"] == 0
+    refused = run(["-m", "lessons", "check", "attention", "--solution"], copy, copy)
+    assert refused.returncode == 2 and "this copy has no lessons/exercises/solutions/" in refused.stderr
+
+
+def test_the_tests_a_copy_carries_pass_without_the_solutions(copy):
+    tested = run(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_exercises.py"], copy, copy)
+    assert tested.returncode == 0, tested.stdout[-3000:]
+    assert " skipped" in tested.stdout.splitlines()[-1]
+
+
+def test_lesson_06_trains_on_the_students_attention_in_the_copy(copy):
+    """The student's attention.py, once complete, is what lesson 06 trains on; the lesson runs with no solutions."""
+    mine = copy / "lessons" / "exercises" / "attention.py"
+    stub = mine.read_text()
+    shutil.copy(ROOT / "lessons" / "exercises" / "solutions" / "attention.py", mine)
+    try:
+        lesson = run(["lessons/06_gpt.py", "--quick"], copy, copy)
+    finally:
+        mine.write_text(stub)
+    assert lesson.returncode == 0, lesson.stderr[-3000:]
+    assert "the exercise's attention: yours, lessons/exercises/attention.py" in lesson.stdout
+
+
+def test_a_lesson_of_one_clone_run_on_anothers_package_says_so(copy):
+    lesson = run([str(copy / "lessons" / "03_self_attention.py"), "--quick"], copy, ROOT)
+    lines = lesson.stdout.splitlines()
+    assert lesson.returncode == 0 and lines[0].endswith(f"imported from {ROOT / 'tinyattn'}")
+    assert lines[1].startswith(f"warning: tinyattn is imported from {ROOT / 'tinyattn'}, not from {copy}")
+
+
+def test_a_copy_is_refused_into_a_full_folder_or_with_solved_stubs(tmp_path):
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="is not empty"):
+        student_copy.write(tmp_path / "full")
+    repository = tmp_path / "repository"
+    shutil.copytree(ROOT / "lessons" / "exercises", repository / "lessons" / "exercises")
+    shutil.copy(repository / "lessons" / "exercises" / "solutions" / "rotary.py", repository / "lessons" / "exercises")
+    with pytest.raises(ValueError, match="rotary.py in .* have no TODO left"):
+        student_copy.write(tmp_path / "new", root=repository)
+    assert not (tmp_path / "new").exists()
+
+
+def test_the_readme_loses_only_the_part_for_instructors():
+    readme = "## Exercises\ntext\n### The loop\nloop\n### For instructors\nsolutions\n\n## The lessons\nlessons\n"
+    assert student_copy.without_instructors(readme) == \
+        "## Exercises\ntext\n### The loop\nloop\n## The lessons\nlessons\n"
