@@ -93,7 +93,7 @@ class Step(list):
     def case(self, name):
         try:
             yield
-        except Failed:
+        except Refused:
             raise
         except Exception as error:
             self.failed.append((name, error))
@@ -120,8 +120,8 @@ def step(description, cases=()):
         yield notes
         if notes.failed:
             raise CasesFailed(notes.failed, notes.passed)
-    except (Failed, Refused):
-        raise                                           # said by a step inside this one, or by check()
+    except Refused:
+        raise                                           # check() says why, once
     except Exception as error:
         print(f"  FAIL  {description}")
         for line in _explain(error).splitlines():
@@ -288,9 +288,10 @@ def _foreign_calls(function, solution):
 
 def _file_of(thing):
     """The file a class, function or module comes from; None for anything else."""
+    if not (inspect.isclass(thing) or inspect.ismodule(thing) or inspect.isfunction(thing)):
+        return None
     try:
-        return inspect.getfile(thing) if inspect.isclass(thing) or inspect.ismodule(thing) or inspect.isfunction(
-            thing) else None
+        return inspect.getfile(thing)
     except TypeError:                                   # built in
         return None
 
@@ -328,6 +329,14 @@ def _host(x):
     return x.numpy() if isinstance(x, ta.Tensor) else np.asarray(x)
 
 
+def use(**functions):
+    """F.use(**functions): the learner's Functions in their slots; one that the file does not give says why."""
+    for function in functions.values():
+        if isinstance(function, Missing):
+            raise LookupError(function._why)
+    return F.use(**functions)
+
+
 def _tensors(arrays, grad_of):
     return [None if a is None else ta.tensor(a, requires_grad=i in grad_of.values()) for i, a in enumerate(arrays)]
 
@@ -353,7 +362,7 @@ def runs_forward_and_backward(slot, function, call, arrays, grad_of):
     shape, and its backward runs."""
     with ta.reference(), ta.no_grad():
         expected = call(*_tensors(arrays, {})).shape
-    with F.use(**{slot: function}):
+    with use(**{slot: function}):
         forward_backward(call, arrays, grad_of, expected_shape=expected)
 
 
@@ -362,7 +371,7 @@ def compare_paths(slot, function, call, arrays, grad_of, diagnose=None):
     (see wrong)."""
     with ta.reference():
         expected = forward_backward(call, arrays, grad_of)
-        with F.use(**{slot: function}):
+        with use(**{slot: function}):
             mine = forward_backward(call, arrays, grad_of, expected_shape=expected["output"].shape)
     verdicts = {what: _failure(assert_close, what, mine[what], expected[what]) for what in expected}
     if any(verdicts.values()):
@@ -384,7 +393,7 @@ def gradcheck(slot, function, call, arrays, grad_of, diagnose=None):
 
 
 def _gradcheck(slot, function, call, arrays, grad_of):
-    with F.use(**{slot: function}):
+    with use(**{slot: function}):
         ta.gradcheck(call, _tensors(arrays, grad_of))
 
 
@@ -510,7 +519,7 @@ def _train(model_name, functions):
     model = build().double()
     optimizer = optim.Adam(model.parameters(), lr=1e-2)
     losses = []
-    with ta.reference(), F.use(**functions):
+    with ta.reference(), use(**functions):
         for i in range(TRAINING_STEPS):
             loss = loss_of(model, i)
             optimizer.zero_grad()
@@ -926,7 +935,7 @@ def learners_or_bundled(name, attribute, fallback, exercises=EXERCISES):
         except Exception as error:
             why = f"{_shown(mine)} did not load: {type(error).__name__}: {error}"
     else:
-        why = f"{_shown(mine)} is missing" if left is None else f"{_shown(mine)} has {left} TODO{'s' * (left != 1)} left"
+        why = f"{_shown(mine)} " + ("is missing" if left is None else f"has {left} TODO{'s' * (left != 1)} left")
     if bundled.exists():
         return getattr(load(bundled), attribute), f"the bundled solution, {_shown(bundled)} ({why})"
     return fallback, f"the library's {fallback.__name__} ({why}, and this copy has no solutions/)"

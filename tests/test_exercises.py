@@ -379,7 +379,7 @@ def solved_notebook(path, name):
     notebook = json.loads(path.read_text())
     solution = (SOLUTIONS / f"{name}.py").read_text()
     code = solution.split('"""', 2)[2].strip("\n")                       # the solution without its docstring
-    [cell] = [c for c in notebook["cells"] if c["cell_type"] == "code" and "NotImplementedError" in "".join(c["source"])]
+    [cell] = [c for c in notebook["cells"] if "NotImplementedError" in "".join(c["source"])]     # the code to write
     cell["source"] = code
     path.write_text(json.dumps(notebook))
 
@@ -416,3 +416,11 @@ def test_an_exercise_notebook_grades_itself_in_its_last_cell(tmp_path, capsys):
     shown = "".join(o.get("text", "") for cell in notebook.cells for o in cell.get("outputs", []))
     assert "grading this notebook's code" in shown and "softmax_backward: PASSED every step" in shown
     assert [o for cell in notebook.cells for o in cell.get("outputs", []) if o["output_type"] != "stream"] == []
+
+
+def test_a_missing_function_class_is_named(tmp_path, capsys):
+    mine = tmp_path / "attention.py"
+    mine.write_text("from tinyattn import Function\n\n\nclass Atention(Function):\n    pass\n")
+    code, out = grade(capsys, "attention", "--file", str(mine))
+    assert code == 1 and "FAIL  your Attention runs forward and backward" in out
+    assert "LookupError: your file defines no Attention" in out
