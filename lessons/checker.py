@@ -1079,6 +1079,8 @@ def main(argv):
     parser.add_argument("--json", action="store_true", help="every step runs; the results go to stdout as JSON (for "
                                                             "a grade book), the steps to stderr")
     args = parser.parse_args(argv[1:])
+    if args.dir and not args.dir.is_dir():
+        parser.error(f"--dir {args.dir}: no such folder")
     if args.solution and not (EXERCISES / "solutions").is_dir():
         parser.error("--solution: this copy has no lessons/exercises/solutions/ (a student copy)")
     names = list(_exercises) if args.name == "all" else [args.name]

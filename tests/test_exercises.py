@@ -360,6 +360,9 @@ def test_check_all_grades_a_folder_with_partial_credit_by_step_as_json(tmp_path,
     for name in ("softmax_backward", "layer_norm_backward"):                  # did not load; missing
         assert by_name[name]["steps_passed"] == 0 and by_name[name]["score"] == 0.0
     assert grades["score"] == round(sum(r["score"] for r in grades["exercises"]) / len(EXERCISES), 4)
+    with pytest.raises(SystemExit) as usage:
+        checker.main(["check", "all", "--dir", str(tmp_path / "nowhere")])
+    assert usage.value.code == 2 and "no such folder" in capsys.readouterr().err
 
 
 @instructors
