@@ -646,7 +646,8 @@ def _check_attention(function, cases, enable_gqa, diagnose=None):
         try:
             runs_forward_and_backward(slot, function, call(False), (q, k, v), {"q": 0, "k": 1, "v": 2})
         except ValueError as error:                   # a product or a broadcast whose shapes do not fit
-            error.add_note(mistakes.attention_shapes(q, k, v))
+            if not enable_gqa:                        # (grouped heads: the learner's own layout, not these shapes)
+                error.add_note(mistakes.attention_shapes(q, k, v))
             raise
     with step("gradcheck in float64 on q, k, v and a float mask", cases) as each:
         for case, (q, k, v, mask, causal) in cases.items():
