@@ -37,11 +37,9 @@ def change_in_place(x, compute, *others):
     write(x, new.array)
     if takes_grad:
         x._take_history(new._node)
-        x.requires_grad = new.requires_grad
         for base, index, before in bases:           # each tensor x is a slice of takes the change into its history
             new = index_put(before, index, new)
             base._take_history(new._node)
-            base.requires_grad = new.requires_grad
     return x
 
 
