@@ -1,9 +1,10 @@
 """Reductions, forward beside backward: sum, mean, var, max and min (over everything or along a dim), arg max/min."""
 import builtins
 import math
+import warnings
 from collections import namedtuple
 
-from ..backend import xp_of
+from ..backend import silent_float_errors, xp_of
 from ..tensor import Function, Tensor
 from .dims import dim_index, dim_indices
 from .elementwise import maximum, minimum
@@ -32,32 +33,44 @@ class Sum(Function):
         return _restore_reduced(grad, ctx.shape, ctx.axes, ctx.keepdim), None, None
 
 
+def _mean_array(x, axes, keepdims):
+    """The mean over axes as sum / count: over no elements it is 0/0 = nan, quietly, as in PyTorch."""
+    with silent_float_errors(x):
+        return x.sum(axis=axes, keepdims=keepdims) / _count(x.shape, axes)
+
+
 class Mean(Function):
     @staticmethod
     def forward(ctx, x, axes, keepdim):
         ctx.shape, ctx.axes, ctx.keepdim = x.shape, axes, keepdim
-        return x.mean(axis=axes, keepdims=keepdim)
+        return _mean_array(x, axes, keepdim)
 
     @staticmethod
     def backward(ctx, grad):
-        return _restore_reduced(grad / _count(ctx.shape, ctx.axes), ctx.shape, ctx.axes, ctx.keepdim), None, None
+        with silent_float_errors(grad):                  # over no elements: no element to take the inf either
+            grad = grad / _count(ctx.shape, ctx.axes)
+        return _restore_reduced(grad, ctx.shape, ctx.axes, ctx.keepdim), None, None
 
 
 class Var(Function):
-    """Variance with Bessel's correction by default (correction=1), as torch.var."""
+    """Variance with Bessel's correction by default (correction=1), as torch.var. With no degrees of freedom left
+    (n <= correction: the std of one element) it is 0/0 = nan (or s/0 = inf), and so is its gradient, as in PyTorch."""
 
     @staticmethod
     def forward(ctx, x, axes, keepdim, correction):
-        centred = x - x.mean(axis=axes, keepdims=True)
+        xp = xp_of(x)
+        centred = x - _mean_array(x, axes, True)
         ctx.save_for_backward(centred)
         ctx.axes, ctx.keepdim = axes, keepdim
-        ctx.denominator = builtins.max(_count(x.shape, axes) - correction, 0)
-        return (centred * centred).sum(axis=axes, keepdims=keepdim) / ctx.denominator
+        ctx.denominator = xp.asarray(builtins.max(_count(x.shape, axes) - correction, 0), dtype=x.dtype)
+        with silent_float_errors(x):
+            return (centred * centred).sum(axis=axes, keepdims=keepdim) / ctx.denominator
 
     @staticmethod
     def backward(ctx, grad):
         (centred,) = ctx.saved_tensors
-        grad = _restore_reduced(grad, centred.shape, ctx.axes, ctx.keepdim) * centred * (2 / ctx.denominator)
+        with silent_float_errors(grad):
+            grad = _restore_reduced(grad, centred.shape, ctx.axes, ctx.keepdim) * centred * (2 / ctx.denominator)
         return grad, None, None, None
 
 
@@ -153,15 +166,20 @@ def mean(x, dim=None, keepdim=False):
     return Mean.apply(x, dim_indices(dim, x.ndim), keepdim)
 
 
-def var(x, dim=None, keepdim=False, correction=1, unbiased=None):
+def var(x, dim=None, keepdim=False, correction=1, unbiased=None, _caller="var"):
     if unbiased is not None:
         correction = 1 if unbiased else 0
-    return Var.apply(x, dim_indices(dim, x.ndim), keepdim, correction)
+    axes = dim_indices(dim, x.ndim)
+    if _count(x.shape, axes) - correction <= 0:
+        warnings.warn(f"{_caller}(): degrees of freedom is <= 0 (correction {correction} for {_count(x.shape, axes)} "
+                      f"elements per result, shape {x.shape}): the result is nan or inf, as in PyTorch",
+                      UserWarning, stacklevel=3)
+    return Var.apply(x, axes, keepdim, correction)
 
 
 def std(x, dim=None, keepdim=False, correction=1, unbiased=None):
     """The square root of var (Bessel's correction by default, as torch.std)."""
-    return var(x, dim, keepdim, correction, unbiased).sqrt()
+    return var(x, dim, keepdim, correction, unbiased, _caller="std").sqrt()
 
 
 def norm(x, p=2, dim=None, keepdim=False):
@@ -188,13 +206,21 @@ def all(x, dim=None, keepdim=False):
 ValuesIndices = namedtuple("ValuesIndices", ["values", "indices"])
 
 
+def _check_not_empty(caller, x, dim):
+    """There is no largest (or smallest) of nothing: refuse a reduction over no elements, as PyTorch does; a dim of
+    other 0-size dims gives an empty result."""
+    if dim is None and x.numel() == 0:
+        raise RuntimeError(f"{caller} of an empty tensor of shape {x.shape}: there is no value to return; name a "
+                           "dim of non-zero size")
+    if dim is not None and x.ndim and x.shape[dim] == 0:
+        raise RuntimeError(f"{caller}: expected reduction dim {dim} to have non-zero size (shape {x.shape})")
+
+
 def _extreme(x, dim, keepdim, largest):
-    if x.numel() == 0:
-        raise RuntimeError(f"{'max' if largest else 'min'} of an empty tensor of shape {x.shape}: there is no value "
-                           "to return (as PyTorch)")
+    dim = None if dim is None else dim_index(dim, x.ndim)
+    _check_not_empty("max" if largest else "min", x, dim)
     if dim is None:
         return MaxOrMin.apply(x, largest)
-    dim = dim_index(dim, x.ndim)
     xp = xp_of(x.array)
     indices = (xp.argmax if largest else xp.argmin)(x.array, axis=dim)
     values = TakeAlongDim.apply(x, indices, dim, keepdim)
@@ -218,9 +244,10 @@ def min(x, dim=None, keepdim=False):
 def _arg(pick, x, dim, keepdim):
     """The index pick (argmax or argmin) finds, over all of x or along dim."""
     xp = xp_of(x.array)
+    dim = None if dim is None else dim_index(dim, x.ndim)
+    _check_not_empty(pick, x, dim)
     if dim is None:
         return Tensor(getattr(xp, pick)(x.array))
-    dim = dim_index(dim, x.ndim)
     out = getattr(xp, pick)(x.array, axis=dim)
     return Tensor(xp.expand_dims(out, dim) if keepdim else out)
 

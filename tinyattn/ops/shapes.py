@@ -80,13 +80,13 @@ class Stack(Function):
 class RepeatInterleave(Function):
     @staticmethod
     def forward(ctx, x, repeats, dim):
-        ctx.dim, ctx.repeats = dim, repeats
+        ctx.dim, ctx.repeats, ctx.size = dim, repeats, x.shape[dim]
         return xp_of(x).repeat(x, repeats, axis=ctx.dim)
 
     @staticmethod
     def backward(ctx, grad):
-        d = ctx.dim
-        split = grad.shape[:d] + (grad.shape[d] // ctx.repeats, ctx.repeats) + grad.shape[d + 1:]
+        d = ctx.dim         # sizes from forward, not from grad: with 0 repeats or a 0-size dim, grad has no elements
+        split = grad.shape[:d] + (ctx.size, ctx.repeats) + grad.shape[d + 1:]
         return grad.reshape(split).sum(axis=d + 1), None, None
 
 
@@ -109,13 +109,12 @@ class Repeat(Function):
     @staticmethod
     def forward(ctx, x, repeats):
         x = x.reshape((1,) * (len(repeats) - x.ndim) + x.shape)
-        ctx.shape = x.shape
+        ctx.shape, ctx.repeats = x.shape, repeats
         return xp_of(x).tile(x, repeats)
 
     @staticmethod
     def backward(ctx, grad):
-        copies = tuple(g // s for g, s in zip(grad.shape, ctx.shape))
-        blocks = grad.reshape(tuple(n for pair in zip(copies, ctx.shape) for n in pair))   # (r0, s0, r1, s1, ...)
+        blocks = grad.reshape(tuple(n for pair in zip(ctx.repeats, ctx.shape) for n in pair))  # (r0, s0, r1, s1, ...)
         return blocks.sum(axis=tuple(range(0, blocks.ndim, 2))), None
 
 
@@ -239,7 +238,7 @@ def split(x, split_size_or_sections, dim=0):
         step = split_size_or_sections
         if step <= 0:
             raise RuntimeError(f"split needs a positive split_size, got {step}")
-        sizes = [builtins.min(step, size - start) for start in range(0, size, step)]
+        sizes = [builtins.min(step, size - start) for start in range(0, size, step)] or [0]   # a 0-size dim: one
     else:
         sizes = list(split_size_or_sections)
         if builtins.sum(sizes) != size:
@@ -253,9 +252,12 @@ def split(x, split_size_or_sections, dim=0):
 
 
 def chunk(x, chunks, dim=0):
+    """At most chunks pieces of equal size along dim (the last may be smaller); a 0-size dim gives chunks empty
+    pieces, as in PyTorch."""
     if not isinstance(chunks, builtins.int) or chunks <= 0:
         raise RuntimeError(f"chunk expects `chunks` to be a positive int, got {chunks!r}")
-    return split(x, builtins.max(1, -(-x.shape[dim_index(dim, x.ndim)] // chunks)), dim)
+    size = x.shape[dim_index(dim, x.ndim)]
+    return split(x, -(-size // chunks) if size else [0] * chunks, dim)
 
 
 def flip(x, dims):
