@@ -2,6 +2,7 @@
 value is unchanged. On the CPU there is nothing to arrange for speed in it; on the GPU the fast version multiplies in
 one CUDA kernel (dropout_kernel.py)."""
 from ..backend import device_of, generator
+from ..ops import require_float
 from ..tensor import Function
 from . import dropout_kernel, twins
 
@@ -54,6 +55,7 @@ def dropout(input, p=0.5, training=True):
         raise ValueError(f"dropout probability must be in [0, 1], got {p}")
     if not training or p == 0:
         return input
+    require_float(input, "dropout")                     # an integer tensor cannot hold 1/(1-p), as in PyTorch
     if p == 1:
         return input * 0.0
     return twins.implementation("dropout").apply(input, keep_mask(input.shape, p, input.array), 1.0 / (1.0 - p))

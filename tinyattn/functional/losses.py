@@ -116,6 +116,7 @@ def _check_arguments(caller, weight=None, size_average=None, reduce=None, reduct
         raise ValueError(f"{caller}: reduction must be one of {', '.join(map(repr, reductions))}, got {reduction!r}")
 
 
+@ops.float_only(NotImplementedError)
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
                   label_smoothing=0.0):
     """PyTorch's F.cross_entropy for class-index targets: input (N, C) or (N, C, d1, ...), target (N, d1, ...)."""
@@ -161,6 +162,7 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
     return _reduced(losses, reduction)
 
 
+@ops.float_only()
 def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
     """sum of target * (log target - input), input being log-probabilities, as F.kl_div; reduction "batchmean"
     divides by the batch size (the KL divergence proper), "mean" by the number of elements (PyTorch's default)."""
@@ -174,6 +176,7 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_
     return _reduced(pointwise, reduction)
 
 
+@ops.float_only(NotImplementedError)
 def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None, reduction="mean",
                                      pos_weight=None):
     """-[t log s(x) + (1 - t) log(1 - s(x))] from logits x, computed stably as max(x, 0) - x t + log(1 + exp(-|x|));
@@ -189,6 +192,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     return _reduced(losses, reduction)
 
 
+@ops.float_only(NotImplementedError)
 def mse_loss(input, target, size_average=None, reduce=None, reduction="mean"):
     _check_arguments("mse_loss", None, size_average, reduce, reduction)
     if tuple(input.shape) != tuple(target.shape):

@@ -17,7 +17,7 @@ from .indexing import (Gather, GetItem, IndexAdd, IndexPut, MaskedFill, Scatter,
                        index_fill, index_put, masked_fill, nonzero, scatter, tril, triu, where)
 from .matmul import MatMul, bmm, matmul
 from .methods import install as _install_methods
-from .promotion import check_one_dtype, result_dtype
+from .promotion import check_one_dtype, computes_in_float, float_only, no_bool, require_float, result_dtype
 from .reductions import (Cumsum, MaxOrMin, Mean, Norm, Sum, TakeAlongDim, Var, all, any, argmax, argmin, cumsum, max,
                          mean, min, norm, std, sum, var)
 from .shapes import (Cat, Contiguous, Expand, Flip, Pad, Permute, Repeat, Reshape, RepeatInterleave, Roll, Stack,

@@ -5,7 +5,7 @@ import builtins
 from .. import backend
 from ..backend import check_device, device_of, get_default_dtype, is_array, to_device, xp_of
 from ..tensor import Function, Tensor, as_array
-from .promotion import result_dtype
+from .promotion import computes_in_float, no_bool, result_dtype
 
 
 # -- two inputs ---------------------------------------------------------------------------------------------------
@@ -303,22 +303,31 @@ class ToDevice(Function):
 
 
 class Clamp(Function):
-    """x limited to [low, high] (either may be None); the gradient passes where x was inside the range."""
+    """x limited to [low, high] (either may be None; arrays of x's dtype, 0-d for a number). The result is
+    min(max(x, low), high): high wherever low > high. The gradient, as PyTorch's, goes to x where low <= x <= high
+    (at a bound, both ends included, x keeps it), to low where x < low < high, and to high where x > high or
+    high < low (where high is the result)."""
 
     @staticmethod
     def forward(ctx, x, low, high):
-        inside = xp_of(x).ones(x.shape, dtype=bool)
-        if low is not None:
-            inside &= x >= low
-        if high is not None:
-            inside &= x <= high
-        ctx.save_for_backward(inside)
-        return xp_of(x).clip(x, low, high).astype(x.dtype, copy=False)
+        xp = xp_of(x)
+        ctx.save_for_backward(x, low, high)
+        out = x if low is None else xp.maximum(x, low)
+        return out if high is None else xp.minimum(out, high)
 
     @staticmethod
     def backward(ctx, grad):
-        (inside,) = ctx.saved_tensors
-        return grad * inside, None, None
+        x, low, high = ctx.saved_tensors
+        needs = ctx.needs_input_grad
+        inside = True if low is None else x >= low
+        if high is not None:
+            inside = inside & (x <= high)
+        grad_low = grad_high = None
+        if needs[1]:
+            grad_low = grad * ((x < low) if high is None else (x < low) & (low < high))
+        if needs[2]:
+            grad_high = grad * ((x > high) if low is None else (x > high) | (high < low))
+        return grad * inside, grad_low, grad_high
 
 
 def cast(x, dtype, like):
@@ -374,40 +383,53 @@ def minimum(a, b):
 
 
 def clamp(x, min=None, max=None):
-    """x limited to [min, max], as torch.clamp (either bound may be None)."""
+    """x limited to [min, max], as torch.clamp: either bound may be None, a number or a tensor (which then gets its
+    gradient too); the result has the promoted dtype of x and the bounds (an integer tensor clamped by 0.5 is
+    float32, as in PyTorch)."""
     if min is None and max is None:
         raise ValueError("clamp needs at least one of min and max")
-    return Clamp.apply(x, min, max)
+    dtype = result_dtype(x, *(bound for bound in (min, max) if bound is not None))
+    low, high = (bound if bound is None or type(bound) in (builtins.int, builtins.float) else cast(bound, dtype, x)
+                 for bound in (min, max))                     # Python numbers never change an array's dtype
+    return Clamp.apply(cast(x, dtype, x), low, high)
 
 
+@no_bool
 def neg(x):
     return Neg.apply(x)
 
 
+@computes_in_float
 def exp(x):
     return Exp.apply(x)
 
 
+@computes_in_float
 def log(x):
     return Log.apply(x)
 
 
+@computes_in_float
 def sqrt(x):
     return Sqrt.apply(x)
 
 
+@no_bool
 def abs(x):
     return Abs.apply(x)
 
 
+@computes_in_float
 def sin(x):
     return Sin.apply(x)
 
 
+@computes_in_float
 def cos(x):
     return Cos.apply(x)
 
 
+@computes_in_float
 def rsqrt(x):
     return Rsqrt.apply(x)
 
@@ -449,14 +471,17 @@ def _bitwise(name):
 bitwise_and, bitwise_or, bitwise_xor, bitwise_not = (_bitwise(n) for n in ("and", "or", "xor", "not"))
 
 
+@computes_in_float
 def tanh(x):
     return Tanh.apply(x)
 
 
+@computes_in_float
 def sigmoid(x):
     return Sigmoid.apply(x)
 
 
+@no_bool
 def relu(x):
     return Relu.apply(x)
 

@@ -8,6 +8,7 @@ from ..backend import silent_float_errors, xp_of
 from ..tensor import Function, Tensor
 from .dims import dim_index, dim_indices
 from .elementwise import maximum, minimum
+from .promotion import float_only
 
 
 def _restore_reduced(grad, shape, axes, keepdim):
@@ -33,10 +34,17 @@ class Sum(Function):
         return _restore_reduced(grad, ctx.shape, ctx.axes, ctx.keepdim), None, None
 
 
+def _divide(total, count):
+    """total / count (a Python int: the dtype stays); count 0 gives 0/0 = nan or s/0 = inf, quietly, as in PyTorch."""
+    if count:
+        return total / count
+    with silent_float_errors(total):
+        return total / 0.0
+
+
 def _mean_array(x, axes, keepdims):
-    """The mean over axes as sum / count: over no elements it is 0/0 = nan, quietly, as in PyTorch."""
-    with silent_float_errors(x):
-        return x.sum(axis=axes, keepdims=keepdims) / _count(x.shape, axes)
+    """The mean over axes as sum / count (nan over no elements)."""
+    return _divide(x.sum(axis=axes, keepdims=keepdims), _count(x.shape, axes))
 
 
 class Mean(Function):
@@ -47,8 +55,7 @@ class Mean(Function):
 
     @staticmethod
     def backward(ctx, grad):
-        with silent_float_errors(grad):                  # over no elements: no element to take the inf either
-            grad = grad / _count(ctx.shape, ctx.axes)
+        grad = _divide(grad, _count(ctx.shape, ctx.axes))    # over no elements: no element takes the inf either
         return _restore_reduced(grad, ctx.shape, ctx.axes, ctx.keepdim), None, None
 
 
@@ -58,20 +65,17 @@ class Var(Function):
 
     @staticmethod
     def forward(ctx, x, axes, keepdim, correction):
-        xp = xp_of(x)
         centred = x - _mean_array(x, axes, True)
         ctx.save_for_backward(centred)
         ctx.axes, ctx.keepdim = axes, keepdim
-        ctx.denominator = xp.asarray(builtins.max(_count(x.shape, axes) - correction, 0), dtype=x.dtype)
-        with silent_float_errors(x):
-            return (centred * centred).sum(axis=axes, keepdims=keepdim) / ctx.denominator
+        ctx.denominator = builtins.max(_count(x.shape, axes) - correction, 0)
+        return _divide((centred * centred).sum(axis=axes, keepdims=keepdim), ctx.denominator)
 
     @staticmethod
     def backward(ctx, grad):
         (centred,) = ctx.saved_tensors
-        with silent_float_errors(grad):
-            grad = _restore_reduced(grad, centred.shape, ctx.axes, ctx.keepdim) * centred * (2 / ctx.denominator)
-        return grad, None, None, None
+        grad = _restore_reduced(grad, centred.shape, ctx.axes, ctx.keepdim)
+        return _divide(2 * grad * centred, ctx.denominator), None, None, None
 
 
 class Norm(Function):
@@ -160,12 +164,12 @@ def sum(x, dim=None, keepdim=False):
     return Sum.apply(x, dim_indices(dim, x.ndim), keepdim)
 
 
+@float_only()
 def mean(x, dim=None, keepdim=False):
-    if x.dtype.kind != "f":
-        raise RuntimeError(f"mean needs a floating tensor, got dtype {x.dtype} (as PyTorch): use x.float().mean()")
     return Mean.apply(x, dim_indices(dim, x.ndim), keepdim)
 
 
+@float_only()
 def var(x, dim=None, keepdim=False, correction=1, unbiased=None, _caller="var"):
     if unbiased is not None:
         correction = 1 if unbiased else 0
@@ -177,11 +181,13 @@ def var(x, dim=None, keepdim=False, correction=1, unbiased=None, _caller="var"):
     return Var.apply(x, axes, keepdim, correction)
 
 
+@float_only()
 def std(x, dim=None, keepdim=False, correction=1, unbiased=None):
     """The square root of var (Bessel's correction by default, as torch.std)."""
     return var(x, dim, keepdim, correction, unbiased, _caller="std").sqrt()
 
 
+@float_only()
 def norm(x, p=2, dim=None, keepdim=False):
     """The p-norm over dims (all of them by default), as torch.norm; p may be a number, inf or "fro" (= 2)."""
     p = 2 if p == "fro" else p

@@ -6,7 +6,9 @@ import math
 from ..backend import xp_of
 from ..creation import shape_from_args
 from .dims import dim_index, dim_indices
+from .elementwise import cast
 from .indexing import GetItem
+from .promotion import result_dtype
 from ..tensor import Function
 
 
@@ -201,10 +203,19 @@ def contiguous(x):
     return Contiguous.apply(x)
 
 
+def _one_dtype(tensors):
+    """The tensors cast to their promoted dtype (int64 with float32 is float32, as in PyTorch's cat and stack)."""
+    if len({t.dtype for t in tensors}) == 1:
+        return tensors
+    dtype = result_dtype(*tensors)
+    return [cast(t, dtype, t) for t in tensors]
+
+
 def cat(tensors, dim=0):
     tensors = list(tensors)
     if not tensors:
         raise ValueError("cat needs at least one tensor")
+    tensors = _one_dtype(tensors)
     shapes = [t.shape for t in tensors]
     d = dim_index(dim, tensors[0].ndim)
     if any(len(s) != len(shapes[0]) or s[:d] + s[d + 1:] != shapes[0][:d] + shapes[0][d + 1:] for s in shapes):
@@ -219,6 +230,7 @@ def stack(tensors, dim=0):
     shapes = {t.shape for t in tensors}
     if len(shapes) != 1:
         raise RuntimeError(f"stack needs tensors of one shape, got {sorted(shapes)}")
+    tensors = _one_dtype(tensors)
     return Stack.apply(*tensors, dim=dim_index(dim, tensors[0].ndim + 1))
 
 
