@@ -7,7 +7,7 @@ activations.py, dropout.py, recurrent.py (the GRU step), conv.py, attention.py (
 additive_attention.py (Bahdanau), flash_attention.py (+ flash_kernel.py and flash_attention.cu, its CUDA kernels);
 attention_inputs.py holds what the attention functions share.
 """
-from ..ops import pad, relu, sigmoid, tanh
+from ..ops import logsigmoid, pad, relu, sigmoid, tanh
 from ..tensor import Tensor
 from .activations import gelu, silu
 from .additive_attention import additive_attention, additive_scores

@@ -179,14 +179,14 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_
 @ops.float_only(NotImplementedError)
 def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None, reduction="mean",
                                      pos_weight=None):
-    """-[t log s(x) + (1 - t) log(1 - s(x))] from logits x, computed stably as max(x, 0) - x t + log(1 + exp(-|x|));
-    weight multiplies each element's loss and pos_weight the positive term, as in PyTorch."""
+    """-[p t log s(x) + (1 - t) log(1 - s(x))] from logits x, with pos_weight p (1 by default) and weight multiplying
+    each element's loss, as in PyTorch. With log s(x) from logsigmoid and log(1 - s(x)) = log s(x) - x, the loss is
+    (1 - t) x - (1 + (p - 1) t) log s(x): stable for any x, and its derivative (1 - t) - (1 + (p - 1) t) s(-x)
+    (= s(x) - t when p = 1) is exact everywhere, at x = 0 too (a zero-initialised logistic head's first step)."""
     _check_arguments("binary_cross_entropy_with_logits", None, size_average, reduce, reduction)
-    softplus_neg = ops.log(1 + ops.exp(-ops.abs(input))) + ops.relu(-input)     # log(1 + exp(-x))
-    if pos_weight is None:
-        losses = (1 - target) * input + softplus_neg
-    else:
-        losses = (1 - target) * input + (1 + (pos_weight - 1) * target) * softplus_neg
+    log_p = ops.logsigmoid(input)
+    positive = log_p if pos_weight is None else (1 + (pos_weight - 1) * target) * log_p
+    losses = (1 - target) * input - positive
     if weight is not None:
         losses = losses * weight
     return _reduced(losses, reduction)

@@ -216,5 +216,6 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
 
 @ops.float_only()
 def normalize(input, p=2.0, dim=1, eps=1e-12):
-    """input / max(||input||_p over dim, eps), as F.normalize: rows of length 1 (a zero row stays zero)."""
-    return input / ops.maximum(ops.norm(input, p, dim, keepdim=True), eps)
+    """input / max(||input||_p over dim, eps), as F.normalize: rows of length 1 (a zero row stays zero). The max is
+    clamp's, as PyTorch's clamp_min: a norm equal to eps keeps its whole gradient (maximum would give it half)."""
+    return input / ops.clamp(ops.norm(input, p, dim, keepdim=True), min=eps)

@@ -7,10 +7,10 @@ hold PyTorch's rules for dim arguments and result dtypes; methods.py attaches ev
 """
 from .dims import dim_index, dim_indices
 from .einsum import Einsum, einsum
-from .elementwise import (Add, Cast, Clamp, Clone, Cos, Div, Exp, Log, Maximum, Minimum, Mul, Neg, Pow, PowScalar, Relu,
+from .elementwise import (Add, Cast, Clamp, Clone, Cos, Div, Exp, Log, LogSigmoid, Maximum, Minimum, Mul, Neg, Pow, PowScalar, Relu,
                           Rsqrt, Sigmoid, Sin, Sqrt, Sub, Tanh, ToDevice, abs, add, allclose, binary, bitwise_and,
                           bitwise_not, bitwise_or, bitwise_xor, cast, clamp, clone, cos, div, exp, isfinite, isinf,
-                          isnan, log, maximum, minimum, mul, neg, pow, relu, rsqrt, sigmoid, sigmoid_array, sin, sqrt,
+                          isnan, log, logsigmoid, maximum, minimum, mul, neg, pow, relu, rsqrt, sigmoid, sigmoid_array, sin, sqrt,
                           sub, tanh, to, to_args)
 from .in_place import change_in_place
 from .indexing import (Gather, GetItem, IndexAdd, IndexPut, MaskedFill, Scatter, Where, gather, getitem, index_add,

@@ -5,7 +5,7 @@ import builtins
 from .. import backend
 from ..backend import check_device, device_of, get_default_dtype, is_array, to_device, xp_of
 from ..tensor import Function, Tensor, as_array
-from .promotion import computes_in_float, no_bool, result_dtype
+from .promotion import computes_in_float, float_only, no_bool, result_dtype
 
 
 # -- two inputs ---------------------------------------------------------------------------------------------------
@@ -267,6 +267,23 @@ class Sigmoid(Function):
         return grad * out * (1 - out)
 
 
+class LogSigmoid(Function):
+    """log s(x) = -log(1 + exp(-x)), as min(x, 0) - log(1 + exp(-|x|)) so that nothing overflows. Its derivative,
+    1 - s(x) = s(-x), is smooth everywhere: the min and the abs are inside forward only, so their kinks at 0 never
+    reach the gradient (built from abs and relu Functions, the chain rule would take their one-sided slopes there)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        xp = xp_of(x)
+        ctx.save_for_backward(x)
+        return xp.minimum(x, 0) - xp.log1p(xp.exp(-xp.abs(x)))
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * sigmoid_array(-x)
+
+
 class Relu(Function):
     @staticmethod
     def forward(ctx, x):
@@ -479,6 +496,11 @@ def tanh(x):
 @computes_in_float
 def sigmoid(x):
     return Sigmoid.apply(x)
+
+
+@float_only(NotImplementedError)
+def logsigmoid(x):
+    return LogSigmoid.apply(x)
 
 
 @no_bool

@@ -79,8 +79,8 @@ class Var(Function):
 
 
 class Norm(Function):
-    """(sum |x|^p)^(1/p) over axes (p = inf: max |x|); its gradient x |x|^(p-2) / norm^(p-1), and 0 where the norm
-    is 0 (a subgradient, as PyTorch gives, where the formula would be 0/0)."""
+    """(sum |x|^p)^(1/p) over axes (p = inf: max |x|); its gradient sign(x) |x|^(p-1) / norm^(p-1), and 0 where the
+    norm is 0 (a subgradient, as PyTorch gives, where the formula would be 0/0)."""
 
     @staticmethod
     def forward(ctx, x, p, axes, keepdim):
@@ -102,8 +102,13 @@ class Norm(Function):
         if ctx.p == math.inf:
             hits = (xp.abs(x) == norm).astype(x.dtype)
             slope = xp.sign(x) * hits / hits.sum(axis=ctx.axes, keepdims=True)
-        else:
-            slope = x * xp.abs(x) ** (ctx.p - 2) / safe ** (ctx.p - 1) if ctx.p != 2 else x / safe
+        elif ctx.p == 2:
+            slope = x / safe
+        else:                                 # sign(x) |x|^(p-1): 0 at a zero element for every p (PyTorch's), where
+            magnitude = xp.abs(x)             # x |x|^(p-2) would be 0 * inf = nan for p < 2
+            nonzero = xp.where(magnitude == 0, xp.ones((), dtype=x.dtype), magnitude)
+            slope = xp.where(magnitude == 0, xp.zeros((), dtype=x.dtype), xp.sign(x) * nonzero ** (ctx.p - 1)) \
+                / safe ** (ctx.p - 1)
         return xp.where(norm == 0, xp.zeros((), dtype=x.dtype), grad * slope), None, None, None
 
 
