@@ -121,6 +121,8 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
                   label_smoothing=0.0):
     """PyTorch's F.cross_entropy for class-index targets: input (N, C) or (N, C, d1, ...), target (N, d1, ...)."""
     _check_arguments("cross_entropy", weight, size_average, reduce, reduction)
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise RuntimeError(f"cross_entropy: label_smoothing must be between 0.0 and 1.0, got {label_smoothing}")
     target_data = as_array(target)
     if target_data.dtype.kind not in "iu":
         raise TypeError(f"cross_entropy needs integer class targets, got dtype {target_data.dtype}")
@@ -134,14 +136,19 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     if target_data.shape != input.shape[:1]:
         raise ValueError(f"cross_entropy: target shape {tuple(target.shape)} does not match input shape "
                          f"{tuple(input.shape)}")
-    classes = input.shape[1]
-    outside = (target_data != ignore_index) & ((target_data < 0) | (target_data >= classes))
-    if outside.any():
-        raise IndexError(f"cross_entropy: target {int(target_data[outside][0])} is out of bounds for {classes} classes "
-                         f"(targets 0..{classes - 1}, or ignore_index={ignore_index} to skip a row)")
+    _check_targets("cross_entropy", target_data, input.shape[1], ignore_index)
     loss = twins.implementation("cross_entropy").apply(input, target_data, ignore_index, reduction,
                                                         float(label_smoothing))
     return ops.reshape(loss, extra_shape) if reduction == "none" and extra_shape else loss
+
+
+def _check_targets(caller, target, classes, ignore_index):
+    """IndexError naming the first class index outside 0..classes - 1 that is not ignore_index (a negative one would
+    silently pick a class from the end)."""
+    outside = (target != ignore_index) & ((target < 0) | (target >= classes))
+    if outside.any():
+        raise IndexError(f"{caller}: target {int(target[outside][0])} is out of bounds for {classes} classes "
+                         f"(targets 0..{classes - 1}, or ignore_index={ignore_index} to skip a row)")
 
 
 def _reduced(losses, reduction):
@@ -153,6 +160,7 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
     ignore_index, as F.nll_loss (no class weights here)."""
     _check_arguments("nll_loss", weight, size_average, reduce, reduction)
     target = as_array(target)
+    _check_targets("nll_loss", target, input.shape[1], ignore_index)
     xp = xp_of(target)
     valid = target != ignore_index
     picked = ops.gather(input, 1, xp.where(valid, target, 0)[:, None])[:, 0]
@@ -184,6 +192,9 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     (1 - t) x - (1 + (p - 1) t) log s(x): stable for any x, and its derivative (1 - t) - (1 + (p - 1) t) s(-x)
     (= s(x) - t when p = 1) is exact everywhere, at x = 0 too (a zero-initialised logistic head's first step)."""
     _check_arguments("binary_cross_entropy_with_logits", None, size_average, reduce, reduction)
+    if tuple(target.shape) != tuple(input.shape):
+        raise ValueError(f"binary_cross_entropy_with_logits: target size {tuple(target.shape)} must be the same as "
+                         f"input size {tuple(input.shape)}")
     log_p = ops.logsigmoid(input)
     positive = log_p if pos_weight is None else (1 + (pos_weight - 1) * target) * log_p
     losses = (1 - target) * input - positive

@@ -112,6 +112,8 @@ class _Cell(Module):
 
 class RNNCell(_Cell):
     def __init__(self, input_size, hidden_size, bias=True, nonlinearity="tanh"):
+        if nonlinearity not in ("tanh", "relu"):
+            raise ValueError(f"unknown nonlinearity {nonlinearity!r}: 'tanh' or 'relu'")
         super().__init__(input_size, hidden_size, bias)
         self.nonlinearity = nonlinearity
 
@@ -150,6 +152,12 @@ class _Recurrent(Module):
     def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0,
                  bidirectional=False, nonlinearity="tanh"):
         super().__init__()
+        if num_layers < 1 or hidden_size < 1:
+            raise ValueError(f"{type(self).__name__} needs num_layers and hidden_size of at least 1, got num_layers="
+                             f"{num_layers}, hidden_size={hidden_size}")
+        F.check_probability(f"{type(self).__name__} dropout", dropout)
+        if nonlinearity not in ("tanh", "relu"):
+            raise ValueError(f"unknown nonlinearity {nonlinearity!r}: 'tanh' or 'relu'")
         self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
         self.batch_first, self.dropout, self.bidirectional = batch_first, dropout, bidirectional
         self.nonlinearity = nonlinearity

@@ -249,6 +249,9 @@ def index_add(x, dim, index, source):
 
 def _triangle(x, keep):
     """x with zeros outside the triangle that keep marks in its last two dims."""
+    if x.ndim < 2:
+        raise RuntimeError(f"tril and triu need a tensor of at least 2 dims (a matrix or a batch of them), got shape "
+                           f"{x.shape}")
     return MaskedFill.apply(x, ~keep(xp_of(x.array).ones(x.shape[-2:], dtype=bool)), 0.0)
 
 

@@ -175,9 +175,11 @@ def mean(x, dim=None, keepdim=False):
 
 
 @float_only()
-def var(x, dim=None, keepdim=False, correction=1, unbiased=None, _caller="var"):
-    if unbiased is not None:
-        correction = 1 if unbiased else 0
+def var(x, dim=None, keepdim=False, correction=None, unbiased=None, _caller="var"):
+    if unbiased is not None and correction is not None:
+        raise TypeError(f"{_caller}() takes unbiased or correction, not both")
+    if correction is None:                      # Bessel's correction unless unbiased=False asks for none
+        correction = 0 if unbiased is False else 1
     axes = dim_indices(dim, x.ndim)
     if _count(x.shape, axes) - correction <= 0:
         warnings.warn(f"{_caller}(): degrees of freedom is <= 0 (correction {correction} for {_count(x.shape, axes)} "
@@ -187,7 +189,7 @@ def var(x, dim=None, keepdim=False, correction=1, unbiased=None, _caller="var"):
 
 
 @float_only()
-def std(x, dim=None, keepdim=False, correction=1, unbiased=None):
+def std(x, dim=None, keepdim=False, correction=None, unbiased=None):
     """The square root of var (Bessel's correction by default, as torch.std)."""
     return var(x, dim, keepdim, correction, unbiased, _caller="std").sqrt()
 

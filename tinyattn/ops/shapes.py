@@ -192,6 +192,9 @@ def flatten(x, start_dim=0, end_dim=-1):
 def expand(x, *shape):
     shape = shape_from_args(shape)
     lead = len(shape) - x.ndim
+    if any(s < 0 for s in shape[:builtins.max(lead, 0)]) or any(s < -1 for s in shape):
+        raise RuntimeError(f"cannot expand shape {x.shape} to {shape}: -1 (keep a size) is only for existing dims, "
+                           "and sizes cannot be negative")
     if lead < 0 or any(s not in (-1, x.shape[i - lead]) and x.shape[i - lead] != 1
                        for i, s in enumerate(shape) if i >= lead):
         raise RuntimeError(f"cannot expand shape {x.shape} to {shape}: only dims of size 1 grow")
@@ -237,6 +240,8 @@ def stack(tensors, dim=0):
 def repeat_interleave(x, repeats, dim=None):
     if not isinstance(repeats, builtins.int):
         raise TypeError("repeat_interleave supports an int number of repeats")
+    if repeats < 0:
+        raise RuntimeError(f"repeat_interleave: repeats must be non-negative, got {repeats}")
     if dim is None:
         x, dim = flatten(x), 0
     return RepeatInterleave.apply(x, repeats, dim_index(dim, x.ndim))
@@ -253,6 +258,8 @@ def split(x, split_size_or_sections, dim=0):
         sizes = [builtins.min(step, size - start) for start in range(0, size, step)] or [0]   # a 0-size dim: one
     else:
         sizes = list(split_size_or_sections)
+        if builtins.any(s < 0 for s in sizes):
+            raise RuntimeError(f"split sizes must be non-negative, got {sizes}")
         if builtins.sum(sizes) != size:
             raise RuntimeError(f"split sizes {sizes} do not add up to dim {dim}'s size {size} (shape {x.shape})")
     pieces, start = [], 0
@@ -281,6 +288,8 @@ def repeat(x, *repeats):
     repeats = shape_from_args(repeats)
     if len(repeats) < x.ndim:
         raise RuntimeError(f"repeat needs at least as many repeats as the tensor has dims ({x.ndim}), got {repeats}")
+    if builtins.any(r < 0 for r in repeats):
+        raise RuntimeError(f"repeat: the number of copies cannot be negative, got {repeats}")
     return Repeat.apply(x, repeats)
 
 

@@ -46,10 +46,17 @@ class LambdaLR(LRScheduler):
         return [base * self.lr_lambda(epoch) for base in self.base_lrs]
 
 
+def _check_positive(caller, **values):
+    for name, value in values.items():
+        if not value > 0:
+            raise ValueError(f"{caller}: {name} must be positive, got {value}")
+
+
 class StepLR(LRScheduler):
     """lr = base_lr * gamma ** (epoch // step_size)."""
 
     def __init__(self, optimizer, step_size, gamma=0.1):
+        _check_positive("StepLR", step_size=step_size)
         self.step_size, self.gamma = step_size, gamma
         super().__init__(optimizer)
 
@@ -72,6 +79,7 @@ class CosineAnnealingLR(LRScheduler):
     """lr = eta_min + (base_lr - eta_min) (1 + cos(pi epoch / T_max)) / 2 (PyTorch's closed form)."""
 
     def __init__(self, optimizer, T_max, eta_min=0.0):
+        _check_positive("CosineAnnealingLR", T_max=T_max)
         self.T_max, self.eta_min = T_max, eta_min
         super().__init__(optimizer)
 
@@ -86,6 +94,7 @@ class LinearLR(LRScheduler):
     def __init__(self, optimizer, start_factor=1.0 / 3, end_factor=1.0, total_iters=5):
         if not 0 < start_factor <= 1 or not 0 <= end_factor <= 1:
             raise ValueError("start_factor must be in (0, 1] and end_factor in [0, 1]")
+        _check_positive("LinearLR", total_iters=total_iters)
         self.start_factor, self.end_factor, self.total_iters = start_factor, end_factor, total_iters
         super().__init__(optimizer)
 
@@ -129,8 +138,13 @@ class OneCycleLR(LRScheduler):
                  anneal_strategy="cos", cycle_momentum=True, base_momentum=0.85, max_momentum=0.95, div_factor=25.0,
                  final_div_factor=1e4):
         self.total_steps = total_steps or (epochs * steps_per_epoch if epochs and steps_per_epoch else None)
-        if not self.total_steps:
-            raise ValueError("OneCycleLR needs total_steps, or epochs and steps_per_epoch")
+        if not self.total_steps or self.total_steps < 0:
+            raise ValueError(f"OneCycleLR needs a positive total_steps, or epochs and steps_per_epoch, got "
+                             f"total_steps={total_steps}, epochs={epochs}, steps_per_epoch={steps_per_epoch}")
+        if not 0 <= pct_start <= 1:
+            raise ValueError(f"OneCycleLR: pct_start must be a float between 0 and 1, got {pct_start}")
+        if anneal_strategy not in ("cos", "linear"):
+            raise ValueError(f"OneCycleLR: anneal_strategy must be 'cos' or 'linear', got {anneal_strategy!r}")
         groups = optimizer.param_groups
         max_lrs = max_lr if isinstance(max_lr, (list, tuple)) else [max_lr] * len(groups)
         for group, top in zip(groups, max_lrs):
