@@ -5,25 +5,38 @@ import math
 
 
 class LRScheduler:
-    """The base: base_lrs are the groups' learning rates when the first scheduler was made ("initial_lr"); the
-    constructor applies step 0; call step() after each optimizer.step()."""
+    """The base: base_lrs are the groups' learning rates when the first scheduler was made ("initial_lr", set once,
+    as in PyTorch); call step() after each optimizer.step().
+
+    The constructor applies step 0 to a group that had no initial_lr yet (a fresh optimizer). A group that has one
+    keeps the learning rate it has: its optimizer's state was loaded from a checkpoint (whose lr is the one to resume
+    with: load the scheduler's state_dict next and step() continues the schedule), or another scheduler drives it
+    already (SequentialLR's parts). PyTorch's StepLR, MultiStepLR and CosineAnnealingLR keep it too."""
 
     def __init__(self, optimizer):
         self.optimizer = optimizer
-        for group in optimizer.param_groups:
-            group.setdefault("initial_lr", group["lr"])
+        fresh = ["initial_lr" not in group for group in optimizer.param_groups]
+        self._set_initial_lrs(optimizer.param_groups)
         self.base_lrs = [group["initial_lr"] for group in optimizer.param_groups]
-        self.last_epoch = -1
-        self.step()
+        self.last_epoch = 0
+        self._apply(0, fresh)
 
+    def _set_initial_lrs(self, groups):
+        for group in groups:
+            group.setdefault("initial_lr", group["lr"])
     def lrs(self, epoch):
         """The learning rate of every group at this epoch."""
         raise NotImplementedError
 
     def step(self):
         self.last_epoch += 1
-        for group, lr in zip(self.optimizer.param_groups, self.lrs(self.last_epoch)):
-            group["lr"] = lr
+        self._apply(self.last_epoch, [True] * len(self.optimizer.param_groups))
+
+    def _apply(self, epoch, groups):
+        """Write the schedule at epoch into the groups marked True."""
+        for group, lr, write in zip(self.optimizer.param_groups, self.lrs(epoch), groups):
+            if write:
+                group["lr"] = lr
 
     def get_last_lr(self):
         return [group["lr"] for group in self.optimizer.param_groups]
@@ -146,15 +159,19 @@ class OneCycleLR(LRScheduler):
         if anneal_strategy not in ("cos", "linear"):
             raise ValueError(f"OneCycleLR: anneal_strategy must be 'cos' or 'linear', got {anneal_strategy!r}")
         groups = optimizer.param_groups
-        max_lrs = max_lr if isinstance(max_lr, (list, tuple)) else [max_lr] * len(groups)
-        for group, top in zip(groups, max_lrs):
-            group["initial_lr"] = top / div_factor
-            group["max_lr"], group["min_lr"] = top, group["initial_lr"] / final_div_factor
+        self.max_lrs = max_lr if isinstance(max_lr, (list, tuple)) else [max_lr] * len(groups)
+        self.div_factor, self.final_div_factor = div_factor, final_div_factor
         self.peak = float(pct_start * self.total_steps) - 1
         self.anneal = (lambda start, end, pct: end + (start - end) / 2 * (1 + math.cos(math.pi * pct))) \
             if anneal_strategy == "cos" else (lambda start, end, pct: start + (end - start) * pct)
         self.cycle_momentum, self.momenta = cycle_momentum, (max_momentum, base_momentum)
         super().__init__(optimizer)
+
+    def _set_initial_lrs(self, groups):
+        """The cycle's start, peak and end rates, from max_lr (as PyTorch's, which writes them over any there)."""
+        for group, top in zip(groups, self.max_lrs):
+            group["initial_lr"] = top / self.div_factor
+            group["max_lr"], group["min_lr"] = top, group["initial_lr"] / self.final_div_factor
 
     def _phase(self, epoch, start, peak, end):
         if epoch <= self.peak:
@@ -166,16 +183,18 @@ class OneCycleLR(LRScheduler):
             raise ValueError(f"OneCycleLR stepped {epoch} times for total_steps={self.total_steps}")
         return [self._phase(epoch, g["initial_lr"], g["max_lr"], g["min_lr"]) for g in self.optimizer.param_groups]
 
-    def step(self):
-        super().step()
-        if self.cycle_momentum:
-            high, low = self.momenta
-            momentum = self._phase(self.last_epoch, high, low, high)
-            for group in self.optimizer.param_groups:
-                if "betas" in group:
-                    group["betas"] = (momentum, group["betas"][1])
-                elif "momentum" in group:
-                    group["momentum"] = momentum
+    def _apply(self, epoch, groups):
+        """The learning rate and, with cycle_momentum, the momentum (SGD's momentum, Adam's beta1)."""
+        super()._apply(epoch, groups)
+        if not self.cycle_momentum:
+            return
+        high, low = self.momenta
+        momentum = self._phase(epoch, high, low, high)
+        for group, write in zip(self.optimizer.param_groups, groups):
+            if write and "betas" in group:
+                group["betas"] = (momentum, group["betas"][1])
+            elif write and "momentum" in group:
+                group["momentum"] = momentum
 
 
 def warmup_cosine(warmup_steps, total_steps, min_ratio=0.0):
