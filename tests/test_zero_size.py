@@ -56,6 +56,8 @@ SHAPE_OPS = {
     "meshgrid": (lambda x: ta.meshgrid(x, ta.ones(2, dtype="float64"))[0], [(0,)], (0, 2)),
     "gather": (lambda x: x.gather(1, ta.zeros(2, 0, dtype="int64")), [(2, 3)], (2, 0)),
     "scatter": (lambda x, src: x.scatter(1, ta.zeros(2, 0, dtype="int64"), src), [(2, 3), (2, 0)], (2, 3)),
+    "index_select": (lambda x: x.index_select(0, ta.zeros(0, dtype="int64")), [(2, 3)], (0, 3)),
+    "scatter_add": (lambda x, src: x.scatter_add(1, ta.zeros(2, 0, dtype="int64"), src), [(2, 3), (2, 0)], (2, 3)),
     "masked_fill": (lambda x: x.masked_fill(ta.zeros(0, 3, dtype="bool"), 1.0), [(0, 3)], (0, 3)),
     "where": (lambda x: ta.where(x > 0, x, 0.0), [(0, 3)], (0, 3)),
     "matmul (empty rows)": (lambda x, y: x @ y, [(0, 3), (3, 2)], (0, 2)),

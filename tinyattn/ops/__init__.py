@@ -13,8 +13,9 @@ from .elementwise import (Add, Cast, Clamp, Clone, Cos, Div, Exp, Log, LogSigmoi
                           isnan, log, logsigmoid, maximum, minimum, mul, neg, pow, relu, rsqrt, sigmoid, sigmoid_array, sin, sqrt,
                           sub, tanh, to, to_args)
 from .in_place import change_in_place
-from .indexing import (Gather, GetItem, IndexAdd, IndexPut, MaskedFill, Scatter, Where, gather, getitem, index_add,
-                       index_fill, index_put, masked_fill, nonzero, scatter, tril, triu, where)
+from .indexing import (Gather, GetItem, IndexAdd, IndexPut, MaskedFill, Scatter, ScatterAdd, Where, gather, getitem,
+                       index_add, index_fill, index_put, index_select, masked_fill, nonzero, scatter, scatter_add, tril,
+                       triu, where)
 from .matmul import MatMul, bmm, matmul
 from .methods import install as _install_methods
 from .promotion import check_one_dtype, computes_in_float, float_only, no_bool, require_float, result_dtype

@@ -14,7 +14,7 @@ from .. import backend
 from ..backend import generator, xp_of
 from ..tensor import Tensor, is_grad_enabled, no_grad
 from .elementwise import add, cast, clamp, div, mul, sub
-from .indexing import check_broadcasts_to, index_fill, index_put, masked_fill, scatter
+from .indexing import check_broadcasts_to, index_fill, index_put, masked_fill, scatter, scatter_add
 from .shapes import expand
 
 
@@ -110,11 +110,15 @@ def clamp_(x, min=None, max=None):
 
 
 def masked_fill_(x, mask, value):
-    return change_in_place(x, lambda t: masked_fill(t, mask, value))
+    return change_in_place(x, lambda t, v: masked_fill(t, mask, v), value)
 
 
 def scatter_(x, dim, index, src=None, value=None):
     return change_in_place(x, lambda t, s: scatter(t, dim, index, s, value), src)
+
+
+def scatter_add_(x, dim, index, src):
+    return change_in_place(x, lambda t, s: scatter_add(t, dim, index, s), src)
 
 
 def index_fill_(x, dim, index, value):

@@ -9,7 +9,8 @@ from .. import creation
 from .elementwise import (abs, add, bitwise_and, bitwise_not, bitwise_or, bitwise_xor, clamp, clone, cos, div, exp,
                           isfinite, isinf, isnan, log, maximum, minimum, mul, neg, pow, relu, rsqrt, sigmoid, sin,
                           sqrt, sub, tanh, to)
-from .indexing import gather, getitem, index_add, index_fill, masked_fill, nonzero, scatter, tril, triu
+from .indexing import (gather, getitem, index_add, index_fill, index_select, masked_fill, nonzero, scatter, scatter_add,
+                       tril, triu)
 from .matmul import bmm, matmul
 from .reductions import all, any, argmax, argmin, cumsum, max, mean, min, norm, std, sum, var
 from .shapes import (chunk, contiguous, expand, flatten, flip, permute, repeat, repeat_interleave, reshape, roll,
@@ -79,7 +80,8 @@ def install():
         "view_as": lambda self, other: reshape(self, other.shape),
         "reshape_as": lambda self, other: reshape(self, other.shape),
         "type_as": lambda self, other: to(self, other.dtype), "type": _type,
-        "scatter_": in_place.scatter_, "index_fill_": in_place.index_fill_,
+        "scatter_": in_place.scatter_, "index_fill_": in_place.index_fill_, "index_select": index_select,
+        "scatter_add": scatter_add, "scatter_add_": in_place.scatter_add_,
         "new_zeros": _new(lambda s, *size, **kw: creation.zeros(*size, **kw)),
         "new_ones": _new(lambda s, *size, **kw: creation.ones(*size, **kw)),
         "new_empty": _new(lambda s, *size, **kw: creation.empty(*size, **kw)),
