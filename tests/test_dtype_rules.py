@@ -14,7 +14,7 @@ FLOATING_FUNCTIONS = {
     "exp": ta.exp, "log": ta.log, "sqrt": ta.sqrt, "rsqrt": ta.rsqrt, "sin": ta.sin, "cos": ta.cos, "tanh": ta.tanh,
     "sigmoid": ta.sigmoid, "Tensor.exp": lambda x: x.exp(), "Tensor.sigmoid": lambda x: x.sigmoid(),
     "F.sigmoid": F.sigmoid, "F.tanh": F.tanh, "true division": lambda x: x / 2, "a float power": lambda x: x ** 0.5,
-    "clamp by a float": lambda x: x.clamp(0.5),
+    "clamp by a float": lambda x: x.clamp(0.5), "logsumexp": lambda x: x.logsumexp(0),
 }
 
 # PyTorch refuses these for integer and bool tensors (the error type is PyTorch's for each).

@@ -5,6 +5,7 @@ The convention, PyTorch's, written down: at a kink a piecewise op's gradient is
 - abs, relu: 0 at 0 (sign(0) = 0; relu passes only where x > 0);
 - clamp: 1 on the bounds (x passes where min <= x <= max, both ends included);
 - maximum, minimum of two tensors, and max, min, amax, amin over elements: tied values share the gradient evenly;
+- prod: the product of the other elements (0 where two or more are 0);
 - max and min along a dim, topk and sort: the gradient goes to the index they return (the first of tied values);
 - where, masked_fill: by the condition (an element the condition sends elsewhere gets 0);
 - norm: 0 at a zero vector (a subgradient, where the formula is 0/0); p = inf splits among the tied largest |x|.
@@ -39,6 +40,11 @@ AT_KINKS = {
     "minimum of a tie": (ta.minimum, [[1.0], [1.0]], [[0.5], [0.5]]),
     "max of tied elements": (lambda x: x.max(), [[1.0, 1.0, 0.0]], [[0.5, 0.5, 0.0]]),
     "min of tied elements": (lambda x: x.min(), [[0.0, 0.0, 1.0]], [[0.5, 0.5, 0.0]]),
+    "amax of tied elements": (lambda x: x.amax(0), [[1.0, 1.0, 0.0]], [[0.5, 0.5, 0.0]]),
+    "amin of tied elements": (lambda x: x.amin(0), [[0.0, 0.0, 1.0]], [[0.5, 0.5, 0.0]]),
+    "prod with a zero": (lambda x: x.prod(), [[0.0, 2.0, 3.0]], [[6.0, 0.0, 0.0]]),
+    "prod with two zeros": (lambda x: x.prod(), [[0.0, 0.0, 3.0]], [[0.0, 0.0, 0.0]]),
+    "logsumexp of ties": (lambda x: x.logsumexp(0), [[0.0, 0.0]], [[0.5, 0.5]]),
     "max along a dim, tied": (lambda x: x.max(0).values, [[1.0, 1.0, 0.0]], [[1.0, 0.0, 0.0]]),
     "topk of a tie": (lambda x: x.topk(1).values, [[1.0, 1.0, 0.0]], [[1.0, 0.0, 0.0]]),
     "sort of a tie": (lambda x: x.sort().values * ta.tensor([1.0, 2.0, 3.0], dtype="float64"), [[1.0, 1.0, 0.0]],

@@ -68,6 +68,9 @@ SHAPE_OPS = {
     "sum over another dim": (lambda x: x.sum(1), [(0, 3)], (0,)),
     "cumsum": (lambda x: x.cumsum(0), [(0, 3)], (0, 3)),
     "max along a non-empty dim": (lambda x: x.max(1).values, [(0, 3)], (0,)),
+    "amax along a non-empty dim": (lambda x: x.amax(1), [(0, 3)], (0,)),
+    "prod over the empty dim": (lambda x: x.prod(0), [(0, 3)], (3,)),
+    "logsumexp over another dim": (lambda x: x.logsumexp(1), [(0, 3)], (0,)),
     "softmax": (lambda x: x.softmax(-1), [(0, 3)], (0, 3)),
     "layer_norm": (lambda x: F.layer_norm(x, (3,)), [(0, 3)], (0, 3)),
 }

@@ -201,9 +201,9 @@ class Tensor:
     @requires_grad.setter
     def requires_grad(self, flag):
         if self._node is not None:
-            raise RuntimeError(f"you can only change requires_grad flags of leaf tensors; this one (shape {self.shape}) "
-                               "is computed by " + self._node.name() + ". To use it in a computation that needs no "
-                               "gradient, use its detach()")
+            raise RuntimeError(f"you can only change requires_grad flags of leaf tensors; this one (shape "
+                               f"{self.shape}) is computed by {self._node.name()}. To use it in a computation that "
+                               "needs no gradient, use its detach()")
         if flag and not _is_float(self.array.dtype):
             raise RuntimeError(f"only floating-point tensors can require gradients, got dtype {self.array.dtype}")
         self._requires_grad = bool(flag)

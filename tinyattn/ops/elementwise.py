@@ -3,7 +3,7 @@ one-input math. Gradients may come back in broadcast shapes: the engine sums the
 import builtins
 
 from .. import backend
-from ..backend import check_device, device_of, get_default_dtype, is_array, to_device, xp_of
+from ..backend import check_device, device_of, get_default_dtype, is_array, silent_float_errors, to_device, xp_of
 from ..tensor import Function, Tensor, as_array
 from .promotion import computes_in_float, float_only, no_bool, result_dtype
 
@@ -53,6 +53,37 @@ class Div(Function):
         a, b = ctx.saved_tensors
         grad_a = grad / b
         return grad_a, (-grad_a * a / b if ctx.needs_input_grad[1] else None)
+
+
+class FloorDivide(Function):
+    """a // b, rounded towards -inf (Python's //, and PyTorch's). Its derivative is 0 wherever it exists, and
+    PyTorch defines none: a backward through it raises rather than pass on zeros that hide a mistake."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        with silent_float_errors(a):                   # x // 0.0 is +-inf or nan, as in PyTorch
+            return xp_of(a).floor_divide(a, b)
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise RuntimeError("the derivative of floor_divide (//) is not implemented, as in PyTorch (it is 0 wherever it "
+                           "exists): detach() its operands where no gradient should pass")
+
+
+class Remainder(Function):
+    """a % b with the sign of b (Python's %, torch.remainder): a - b * floor(a / b). d/da = 1, d/db = -floor(a / b)."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        with silent_float_errors(a):                   # x % 0.0 is nan, as in PyTorch
+            return xp_of(a).remainder(a, b)
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, b = ctx.saved_tensors
+        grad_b = -grad * xp_of(a).floor_divide(a, b) if ctx.needs_input_grad[1] else None
+        return grad, grad_b
 
 
 class Pow(Function):
@@ -383,6 +414,25 @@ def div(a, b):
     """True division: integer operands give the default float dtype, as in PyTorch."""
     dtype = result_dtype(a, b)
     return binary(Div, a, b, dtype if dtype.kind == "f" else get_default_dtype())
+
+
+def _integer_division(caller, function, a, b):
+    """function on a and b promoted, refusing an integer division by zero (NumPy would give 0 with a warning)."""
+    dtype = result_dtype(a, b)
+    divisor = as_array(b)
+    if dtype.kind != "f" and not bool(xp_of(divisor).all(divisor != 0)):
+        raise RuntimeError(f"ZeroDivisionError: integer {caller} by zero (a divisor of {dtype} is 0)")
+    return binary(function, a, b, dtype)
+
+
+def floor_divide(a, b):
+    """a // b rounded towards -inf, in a and b's promoted dtype, as torch.floor_divide (no gradient)."""
+    return _integer_division("floor_divide", FloorDivide, a, b)
+
+
+def remainder(a, b):
+    """a % b with the sign of b, in a and b's promoted dtype, as torch.remainder."""
+    return _integer_division("remainder", Remainder, a, b)
 
 
 def pow(a, b):

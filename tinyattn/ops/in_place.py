@@ -13,7 +13,7 @@ Each change counts one version of x's memory: backward through a Function that s
 from .. import backend
 from ..backend import generator, xp_of
 from ..tensor import Tensor, is_grad_enabled, no_grad
-from .elementwise import add, cast, clamp, div, mul, sub
+from .elementwise import add, cast, clamp, div, floor_divide, mul, remainder, sub
 from .indexing import check_broadcasts_to, index_fill, index_put, masked_fill, scatter, scatter_add
 from .shapes import expand
 
@@ -91,6 +91,14 @@ def mul_(x, other):
 
 def div_(x, other):
     return change_in_place(x, div, other)
+
+
+def floor_divide_(x, other):
+    return change_in_place(x, floor_divide, other)
+
+
+def remainder_(x, other):
+    return change_in_place(x, remainder, other)
 
 
 def fill_(x, value):

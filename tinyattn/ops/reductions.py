@@ -8,7 +8,7 @@ from ..backend import silent_float_errors, xp_of
 from ..tensor import Function, Tensor
 from .dims import dim_index, dim_indices
 from .elementwise import maximum, minimum
-from .promotion import float_only
+from .promotion import computes_in_float, float_only
 
 
 def _restore_reduced(grad, shape, axes, keepdim):
@@ -148,21 +148,75 @@ class TakeAlongDim(Function):
 
 
 class MaxOrMin(Function):
-    """max (largest=True) or min of all elements. Ties share the gradient evenly; when a NaN is there, the result is
-    NaN and the gradient goes to the NaNs, as in PyTorch."""
+    """max (largest=True) or min over axes (None: all elements), as amax and amin. Tied values share the gradient
+    evenly, as in PyTorch; when a NaN is there, the result is NaN and the gradient goes to the NaNs."""
 
     @staticmethod
-    def forward(ctx, x, largest):
-        out = x.max() if largest else x.min()
+    def forward(ctx, x, axes, keepdim, largest):
+        out = x.max(axis=axes, keepdims=True) if largest else x.min(axis=axes, keepdims=True)
         ctx.save_for_backward(x, out)
-        return out
+        ctx.axes, ctx.keepdim = axes, keepdim
+        return out if keepdim else out.reshape(tuple(s for i, s in enumerate(x.shape)
+                                                     if axes is not None and i not in axes))
 
     @staticmethod
     def backward(ctx, grad):
         x, out = ctx.saved_tensors
         xp = xp_of(x)
         hits = xp.where(xp.isnan(out), xp.isnan(x), x == out).astype(grad.dtype)
-        return grad * hits / hits.sum(), None
+        return grad.reshape(out.shape) * hits / hits.sum(axis=ctx.axes, keepdims=True), None, None, None
+
+
+class Prod(Function):
+    """The product over axes (None: all elements). Each element's derivative is the product of the others, built
+    from running products from the left and from the right (exact with zeros, where out / x would be 0/0)."""
+
+    @staticmethod
+    def forward(ctx, x, axes, keepdim):
+        ctx.save_for_backward(x)
+        ctx.axes, ctx.keepdim = axes, keepdim
+        return x.prod(axis=axes, keepdims=keepdim)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        xp = xp_of(x)
+        axes = tuple(range(x.ndim)) if ctx.axes is None else ctx.axes
+        last = tuple(range(x.ndim - len(axes), x.ndim))
+        moved = xp.moveaxis(x, axes, last)                                   # the reduced dims last, as one row
+        rows = moved.reshape(moved.shape[:x.ndim - len(axes)] + (-1,))
+        if rows.shape[-1] == 0:
+            return xp.zeros_like(x), None, None
+        ones = xp.ones(rows.shape[:-1] + (1,), dtype=x.dtype)
+        before = xp.cumprod(xp.concatenate([ones, rows[..., :-1]], axis=-1), axis=-1)
+        after = xp.flip(xp.cumprod(xp.concatenate([ones, xp.flip(rows, -1)[..., :-1]], axis=-1), axis=-1), -1)
+        others = xp.moveaxis((before * after).reshape(moved.shape), last, axes)
+        return _restore_reduced(grad, x.shape, ctx.axes, ctx.keepdim) * others, None, None
+
+
+class LogSumExp(Function):
+    """log(sum(exp(x))) over axes, with each slice's max taken out first so that nothing overflows; its gradient is
+    the softmax over the same axes. A slice that is -inf everywhere gives -inf and a zero gradient (as the softmax
+    of a fully masked row here), not NaN."""
+
+    @staticmethod
+    def forward(ctx, x, axes, keepdim):
+        xp = xp_of(x)
+        m = x.max(axis=axes, keepdims=True) if x.size else xp.zeros((1,) * x.ndim, dtype=x.dtype)
+        m = xp.where(xp.isfinite(m), m, xp.zeros((), dtype=x.dtype))
+        with silent_float_errors(x):                                 # log(0) = -inf for a slice of -inf
+            out = m + xp.log(xp.exp(x - m).sum(axis=axes, keepdims=True))
+        ctx.save_for_backward(x, out)
+        ctx.axes, ctx.keepdim = axes, keepdim
+        return out if keepdim else out.reshape(tuple(s for i, s in enumerate(x.shape) if i not in axes))
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, out = ctx.saved_tensors
+        xp = xp_of(x)
+        weights = xp.exp(x - xp.where(xp.isfinite(out), out, xp.zeros((), dtype=x.dtype)))
+        weights = xp.where(xp.isneginf(out), xp.zeros((), dtype=x.dtype), weights)
+        return _restore_reduced(grad, x.shape, ctx.axes, ctx.keepdim) * weights, None, None
 
 
 def sum(x, dim=None, keepdim=False):
@@ -233,11 +287,44 @@ def _extreme(x, dim, keepdim, largest):
     dim = None if dim is None else dim_index(dim, x.ndim)
     _check_not_empty("max" if largest else "min", x, dim)
     if dim is None:
-        return MaxOrMin.apply(x, largest)
+        return MaxOrMin.apply(x, None, False, largest)
     xp = xp_of(x.array)
     indices = (xp.argmax if largest else xp.argmin)(x.array, axis=dim)
     values = TakeAlongDim.apply(x, indices, dim, keepdim)
     return ValuesIndices(values, Tensor(xp.expand_dims(indices, dim) if keepdim else indices))
+
+
+def _amax_or_amin(caller, x, dim, keepdim, largest):
+    axes = None if dim == () else dim_indices(dim, x.ndim)           # dim=() reduces every dim, as in PyTorch
+    for axis in range(x.ndim) if axes is None else axes:
+        _check_not_empty(caller, x, axis)
+    if x.ndim == 0:
+        _check_not_empty(caller, x, None)
+    return MaxOrMin.apply(x, axes, keepdim, largest)
+
+
+def amax(x, dim=(), keepdim=False):
+    """The largest values over dims (all by default), as torch.amax: tied values share the gradient evenly (max
+    along a dim gives it to the index it returns)."""
+    return _amax_or_amin("amax", x, dim, keepdim, True)
+
+
+def amin(x, dim=(), keepdim=False):
+    return _amax_or_amin("amin", x, dim, keepdim, False)
+
+
+def prod(x, dim=None, keepdim=False):
+    """The product over one dim (or all elements), as torch.prod; bool and integer inputs give int64."""
+    axes = None if dim is None else (dim_index(dim, x.ndim),)
+    if x.dtype.kind in "biu":
+        return Tensor(x.array.prod(axis=axes, keepdims=keepdim, dtype="int64"))
+    return Prod.apply(x, axes, keepdim)
+
+
+@computes_in_float
+def logsumexp(x, dim, keepdim=False):
+    """log(sum(exp(x))) over dim (an int or a tuple), as torch.logsumexp: stable for large values."""
+    return LogSumExp.apply(x, dim_indices(dim, x.ndim), keepdim)
 
 
 def max(x, dim=None, keepdim=False):

@@ -1,0 +1,114 @@
+"""What people porting PyTorch code meet (issue 31): //, %, amax/amin, prod, logsumexp, and einops' max and prod
+reductions done as PyTorch's backend does them; each with PyTorch's values, dtypes and gradients, written down."""
+import math
+
+import numpy as np
+import pytest
+
+import tinyattn as ta
+
+from conftest import host, randn
+
+
+# -- // and % -----------------------------------------------------------------------------------------------------
+def test_floor_division_and_remainder_round_as_python_and_pytorch():
+    assert host(ta.tensor([-7, 7]) // 2).tolist() == [-4, 3]                  # towards -inf, not towards 0
+    assert host(ta.tensor([-7.0, 7.0]) // 2).tolist() == [-4, 3]
+    assert host(ta.tensor([-7, 7]) % 3).tolist() == [2, 1]                    # the sign of the divisor
+    assert host(ta.tensor([-7.0, 7.5]) % 3).tolist() == [2, 1.5]
+    assert host(7 // ta.tensor([2, -2])).tolist() == [3, -4]
+    assert host(7 % ta.tensor([3, -3])).tolist() == [1, -2]
+    assert host(ta.floor_divide(ta.tensor([5.5]), ta.tensor([2]))).tolist() == [2]
+    assert host(ta.remainder(ta.tensor([7, -7]), 2.5)).tolist() == [2, 0.5]
+
+
+def test_floor_division_and_remainder_promote_as_pytorch():
+    assert (ta.tensor([7]) // 2).dtype == np.int64 and (ta.tensor([7]) // 2.5).dtype == np.float32
+    assert (ta.tensor([7], dtype="int32") // ta.tensor(2)).dtype == np.int32    # a 0-d tensor does not widen
+    assert (ta.tensor([True]) // 2).dtype == np.int64
+    assert (ta.ones(2, dtype="float16") % 2).dtype == np.float16
+
+
+def test_integer_division_by_zero_is_an_error_and_float_division_gives_inf_and_nan():
+    for divide in (lambda: ta.tensor([1, 2]) // 0, lambda: ta.tensor([1, 2]) % ta.tensor([1, 0])):
+        with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+            divide()
+    np.testing.assert_array_equal(host(ta.tensor([1.0, -1.0, 0.0]) // 0), [math.inf, -math.inf, math.nan])
+    assert np.isnan(host(ta.tensor([1.0, 0.0]) % 0)).all()
+
+
+def test_remainder_has_pytorchs_gradient_and_floor_division_none():
+    assert ta.gradcheck(lambda a, b: a % b, (ta.tensor([1.5, -2.5, 7.25], dtype="float64", requires_grad=True),
+                                             ta.tensor([1.0, 2.0, -3.0], dtype="float64", requires_grad=True)))
+    x = ta.tensor([1.5, -2.5], requires_grad=True)
+    y = ta.tensor([1.0, 2.0], requires_grad=True)
+    (x % y).sum().backward()
+    assert host(x.grad).tolist() == [1, 1] and host(y.grad).tolist() == [-1, 2]          # -floor(x / y)
+    with pytest.raises(RuntimeError, match="derivative of floor_divide"):
+        (x // 1).sum().backward()
+
+
+def test_in_place_floor_division_and_remainder():
+    z = ta.tensor([7, 8])
+    z //= 2
+    assert host(z).tolist() == [3, 4]
+    z %= 3
+    assert host(z).tolist() == [0, 1]
+
+
+# -- amax, amin, prod, logsumexp ----------------------------------------------------------------------------------
+def test_amax_and_amin_reduce_several_dims_and_split_ties():
+    x = ta.tensor([[1.0, 3.0], [3.0, 0.0]], requires_grad=True)
+    out = ta.amax(x, (0, 1))
+    out.backward()
+    assert out.item() == 3 and host(x.grad).tolist() == [[0, 0.5], [0.5, 0]]
+    assert host(x.amin(1)).tolist() == [1, 0] and x.amax(1, keepdim=True).shape == (2, 1)
+    assert x.amax().item() == 3                                                    # dim=(): every dim
+    assert ta.gradcheck(lambda x: x.amax(1), (randn(3, 4),))
+    with pytest.raises(RuntimeError, match="reduction dim 0 to have non-zero size"):
+        ta.zeros(0, 3).amax(0)
+
+
+def test_prod_and_its_gradient_with_zeros():
+    x = ta.tensor([[0.0, 2.0, 3.0], [0.0, 0.0, 3.0], [1.0, 2.0, 3.0]], dtype="float64", requires_grad=True)
+    out = x.prod(1)
+    out.sum().backward()
+    assert host(out).tolist() == [0, 0, 6]
+    assert host(x.grad).tolist() == [[6, 0, 0], [0, 0, 0], [6, 3, 2]]             # the product of the others
+    assert ta.gradcheck(lambda x: x.prod(0, keepdim=True), (randn(3, 4),))
+    assert ta.gradcheck(lambda x: x.prod(), (randn(2, 3),))
+    assert ta.tensor([True, True]).prod().dtype == np.int64
+    assert ta.tensor([2, 3], dtype="int32").prod().item() == 6 and ta.zeros(0, 3).prod(0).tolist() == [1, 1, 1]
+
+
+def test_logsumexp_is_stable_and_its_gradient_is_the_softmax():
+    assert ta.tensor([1000.0, 1000.0]).logsumexp(0).item() == pytest.approx(1000 + math.log(2))
+    x = randn(3, 4, 2)
+    out = x.logsumexp((0, 2))
+    np.testing.assert_allclose(host(out), np.log(np.exp(host(x)).sum(axis=(0, 2))), rtol=1e-12)
+    assert ta.gradcheck(lambda x: x.logsumexp((0, 2)), (x,))
+    assert ta.tensor([1, 2]).logsumexp(0).dtype == np.float32                    # integers: the default float dtype
+
+
+def test_logsumexp_of_a_slice_of_minus_infinity_is_minus_infinity_with_a_zero_gradient():
+    x = ta.tensor([[-math.inf, -math.inf], [0.0, 0.0]], requires_grad=True)
+    out = x.logsumexp(1)
+    out.sum().backward()
+    assert host(out).tolist() == [-math.inf, pytest.approx(math.log(2))]
+    assert host(x.grad).tolist() == [[0, 0], [0.5, 0.5]]                 # PyTorch: nan; here as a masked softmax row
+
+
+# -- einops -------------------------------------------------------------------------------------------------------
+def test_einops_max_splits_the_gradient_among_ties_as_pytorchs_amax():
+    einops = pytest.importorskip("einops")
+    t = ta.tensor([[1.0, 1.0], [0.0, 2.0]], requires_grad=True)
+    einops.reduce(t, "a b -> a", "max").sum().backward()
+    assert host(t.grad).tolist() == [[0.5, 0.5], [0, 1]]                 # was [[1, 0], [0, 1]]
+    assert ta.gradcheck(lambda x: einops.reduce(x, "a b c -> b", "min"), (randn(2, 3, 4),))
+
+
+def test_einops_prod_multiplies_negative_values_too():
+    einops = pytest.importorskip("einops")
+    x = -ta.arange(1.0, 7.0).reshape(2, 3)
+    assert host(einops.reduce(x, "a b -> a", "prod")).tolist() == [-6, -120]
+    assert ta.gradcheck(lambda x: einops.reduce(x, "a b c -> a", "prod"), (randn(2, 3, 2),))
