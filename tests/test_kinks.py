@@ -116,6 +116,8 @@ LOSSES_AT_ZERO = {
                                                                     dtype="float64", requires_grad=True)]),
     "cross_entropy, (N, C, d) input": lambda: (
         lambda x: F.cross_entropy(x, ta.tensor([[0, 1], [2, 0]])), [zeros(2, 3, 2)]),
+    "cross_entropy, class probabilities": lambda: (
+        lambda x, t: F.cross_entropy(x, t, label_smoothing=0.1), [zeros(2, 3), zeros(2, 3)]),
     "nll_loss": lambda: (lambda x: F.nll_loss(x, ta.tensor([0, 2])), [zeros(2, 3)]),
     "kl_div": lambda: (lambda x: F.kl_div(x, probabilities(2, 3), reduction="batchmean"), [zeros(2, 3)]),
     "kl_div, log_target": lambda: (

@@ -112,3 +112,37 @@ def test_einops_prod_multiplies_negative_values_too():
     x = -ta.arange(1.0, 7.0).reshape(2, 3)
     assert host(einops.reduce(x, "a b -> a", "prod")).tolist() == [-6, -120]
     assert ta.gradcheck(lambda x: einops.reduce(x, "a b c -> a", "prod"), (randn(2, 3, 2),))
+
+
+# -- cross_entropy with class probabilities -----------------------------------------------------------------------
+def test_cross_entropy_with_one_hot_probabilities_equals_class_indices():
+    import tinyattn.functional as F
+    logits = randn(4, 5)
+    classes = ta.tensor([0, 3, 4, 1])
+    one_hot = F.one_hot(classes, 5).double()
+    for reduction in ("mean", "sum", "none"):
+        for smoothing in (0.0, 0.2):
+            np.testing.assert_allclose(
+                host(F.cross_entropy(logits, one_hot, reduction=reduction, label_smoothing=smoothing)),
+                host(F.cross_entropy(logits, classes, reduction=reduction, label_smoothing=smoothing)), rtol=1e-12)
+
+
+def test_cross_entropy_with_probabilities_is_minus_sum_t_log_p_averaged_over_rows():
+    import tinyattn.functional as F
+    logits, target = randn(2, 3, 4), ta.tensor(np.random.default_rng(1).random((2, 3, 4)), requires_grad=True)
+    log_p = host(logits) - np.log(np.exp(host(logits)).sum(axis=1, keepdims=True))
+    per_row = -(host(target) * log_p).sum(axis=1)                              # (N, d1): unnormalised targets too
+    np.testing.assert_allclose(host(F.cross_entropy(logits, target, reduction="none")), per_row, rtol=1e-12)
+    assert F.cross_entropy(logits, target).item() == pytest.approx(per_row.mean(), rel=1e-12)   # / rows, as PyTorch
+    assert ta.gradcheck(lambda x, t: F.cross_entropy(x, t, label_smoothing=0.1), (logits, target))
+    assert F.cross_entropy(randn(5), ta.tensor(np.full(5, 0.2))).shape == ()     # unbatched (C,)
+
+
+def test_cross_entropy_refuses_probabilities_of_another_shape_or_dtype():
+    import tinyattn.functional as F
+    with pytest.raises(ValueError, match=r"class probabilities \(2, 4\) must have the input's shape \(2, 3\)"):
+        F.cross_entropy(randn(2, 3), ta.zeros(2, 4, dtype="float64"))
+    with pytest.raises(RuntimeError, match="needs one dtype: input float64, target float32"):
+        F.cross_entropy(randn(2, 3), ta.zeros(2, 3))
+    with pytest.raises(TypeError, match="integer class indices or floating class probabilities"):
+        F.cross_entropy(randn(2, 3), ta.tensor([True, False]))

@@ -5,7 +5,7 @@ from .. import cpu, ops
 from ..backend import xp_of
 from ..tensor import Function, Tensor, as_array
 from . import losses_kernel, twins
-from .softmax import log_softmax_array, log_softmax_last
+from .softmax import log_softmax, log_softmax_array, log_softmax_last
 
 
 def _reduce(losses, valid_count, reduction):
@@ -119,13 +119,17 @@ def _check_arguments(caller, weight=None, size_average=None, reduce=None, reduct
 @ops.float_only(NotImplementedError)
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
                   label_smoothing=0.0):
-    """PyTorch's F.cross_entropy for class-index targets: input (N, C) or (N, C, d1, ...), target (N, d1, ...)."""
+    """PyTorch's F.cross_entropy: input (N, C) or (N, C, d1, ...) (or (C,)) with class indices (N, d1, ...), or
+    with class probabilities of the input's shape and dtype (a float target, as soft labels or distillation)."""
     _check_arguments("cross_entropy", weight, size_average, reduce, reduction)
     if not 0.0 <= label_smoothing <= 1.0:
         raise RuntimeError(f"cross_entropy: label_smoothing must be between 0.0 and 1.0, got {label_smoothing}")
     target_data = as_array(target)
+    if target_data.dtype.kind == "f":
+        return _cross_entropy_with_probabilities(input, target, reduction, label_smoothing)
     if target_data.dtype.kind not in "iu":
-        raise TypeError(f"cross_entropy needs integer class targets, got dtype {target_data.dtype}")
+        raise TypeError(f"cross_entropy needs integer class indices or floating class probabilities as targets, got "
+                        f"dtype {target_data.dtype}")
     extra_shape = ()
     if input.ndim == 1:
         input, target_data = ops.unsqueeze(input, 0), target_data.reshape(1)
@@ -140,6 +144,21 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     loss = twins.implementation("cross_entropy").apply(input, target_data, ignore_index, reduction,
                                                         float(label_smoothing))
     return ops.reshape(loss, extra_shape) if reduction == "none" and extra_shape else loss
+
+
+def _cross_entropy_with_probabilities(input, target, reduction, label_smoothing):
+    """-sum_c t_c log softmax(x)_c over the class dim (1, or 0 for an unbatched (C,) input), with t smoothed to
+    (1 - eps) t + eps / C; "mean" divides by the number of rows (every position of (N, d1, ...)), as PyTorch. Its
+    gradient, log_softmax's chain rule, is p sum_c t_c - t for the input and -log p for a target that wants one."""
+    if tuple(target.shape) != tuple(input.shape):
+        raise ValueError(f"cross_entropy: class probabilities {tuple(target.shape)} must have the input's shape "
+                         f"{tuple(input.shape)} (class indices are an integer tensor)")
+    ops.check_one_dtype("cross_entropy", input, target=target)
+    class_dim = 0 if input.ndim == 1 else 1
+    if label_smoothing:
+        target = target * (1 - label_smoothing) + label_smoothing / input.shape[class_dim]
+    losses = -(target * log_softmax(input, class_dim)).sum(class_dim)
+    return _reduced(losses, reduction)
 
 
 def _check_targets(caller, target, classes, ignore_index):
