@@ -146,3 +146,72 @@ def test_cross_entropy_refuses_probabilities_of_another_shape_or_dtype():
         F.cross_entropy(randn(2, 3), ta.zeros(2, 3))
     with pytest.raises(TypeError, match="integer class indices or floating class probabilities"):
         F.cross_entropy(randn(2, 3), ta.tensor([True, False]))
+
+
+# -- ReduceLROnPlateau and amsgrad --------------------------------------------------------------------------------
+PLATEAU_METRICS = [1.0, 0.9, 0.95, 0.95, 0.95, 0.95, 0.89, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9]
+PLATEAUS = {   # PyTorch 2.13's learning rates after each step(metric) for the metrics above, written down
+    "patience 2": (dict(patience=2), [0.1] * 4 + [0.01] * 5 + [0.001] * 3 + [1e-4] * 3 + [1e-5]),
+    "cooldown 2, factor 0.5": (dict(patience=1, cooldown=2, factor=0.5),
+                               [0.1] * 3 + [0.05] * 5 + [0.025] * 4 + [0.0125] * 4),
+    "max, absolute threshold": (dict(mode="max", patience=1, threshold_mode="abs", threshold=0.01),
+                                [0.1, 0.1] + [10.0 ** -k for k in range(2, 9) for _ in range(2)]),
+    "min_lr": (dict(patience=0, min_lr=0.03), [0.1, 0.1] + [0.03] * 14),
+}
+
+
+@pytest.mark.parametrize("name", PLATEAUS)
+def test_reduce_lr_on_plateau_follows_pytorch(name):
+    options, expected = PLATEAUS[name]
+    optimizer = ta.optim.SGD([ta.nn.Parameter(ta.zeros(2))], lr=0.1)
+    scheduler = ta.optim.lr_scheduler.ReduceLROnPlateau(optimizer, **options)
+    seen = []
+    for metric in PLATEAU_METRICS:
+        optimizer.step()
+        scheduler.step(ta.tensor(metric))                            # a loss tensor, as training code passes it
+        seen.append(optimizer.param_groups[0]["lr"])
+    np.testing.assert_allclose(seen, expected, rtol=1e-9)
+
+
+def test_reduce_lr_on_plateau_resumes_from_its_state_dict_and_checks_its_arguments():
+    make = lambda o: ta.optim.lr_scheduler.ReduceLROnPlateau(o, patience=1)      # noqa: E731
+    optimizer = ta.optim.SGD([ta.nn.Parameter(ta.zeros(2))], lr=0.1)
+    scheduler = make(optimizer)
+    for metric in (1.0, 0.5, 0.6):
+        scheduler.step(metric)
+    resumed = make(ta.optim.SGD([ta.nn.Parameter(ta.zeros(2))], lr=0.1))
+    resumed.load_state_dict(scheduler.state_dict())
+    assert resumed.best == 0.5 and resumed.num_bad_epochs == 1
+    for bad, error in ((dict(factor=1.0), "factor should be < 1.0"), (dict(mode="up"), "mode must be"),
+                       (dict(min_lr=[0.0, 0.0]), "expected 1 min_lrs")):
+        with pytest.raises(ValueError, match=error):
+            ta.optim.lr_scheduler.ReduceLROnPlateau(optimizer, **bad)
+
+
+@pytest.mark.parametrize("decoupled", [False, True])
+def test_amsgrad_divides_by_the_largest_second_moment_so_far(decoupled):
+    lr, (beta1, beta2), eps, wd = 0.1, (0.9, 0.5), 1e-8, 0.1       # a short memory: v falls behind its max
+    w0 = np.array([0.5, -1.0, 2.0])
+    grads = [np.array([1.0, -2.0, 0.5]) * scale for scale in (-1.5, 4.0, -0.9, 0.2, -0.3)]
+    w = ta.nn.Parameter(ta.tensor(w0))
+    optimizer = (ta.optim.AdamW if decoupled else ta.optim.Adam)([w], lr, (beta1, beta2), weight_decay=wd,
+                                                                 amsgrad=True)
+    p, m, v, v_max = w0.copy(), 0.0, 0.0, 0.0                  # AMSGrad by hand, as PyTorch writes it
+    for t, g in enumerate(grads, start=1):
+        w.grad = ta.tensor(g)
+        optimizer.step()
+        if decoupled:
+            p = p * (1 - lr * wd)
+        else:
+            g = g + wd * p
+        m, v = beta1 * m + (1 - beta1) * g, beta2 * v + (1 - beta2) * g * g
+        v_max = np.maximum(v_max, v)
+        p = p - lr / (1 - beta1 ** t) * m / (np.sqrt(v_max) / np.sqrt(1 - beta2 ** t) + eps)
+    np.testing.assert_allclose(host(w), p, rtol=1e-12)
+    assert optimizer.param_groups[0]["amsgrad"] and "max_exp_avg_sq" in optimizer.state[w]
+    plain = ta.nn.Parameter(ta.tensor(w0))
+    other = (ta.optim.AdamW if decoupled else ta.optim.Adam)([plain], lr, (beta1, beta2), weight_decay=wd)
+    for g in grads:
+        plain.grad = ta.tensor(g)
+        other.step()
+    assert not np.allclose(host(plain), p)                     # amsgrad changed the path

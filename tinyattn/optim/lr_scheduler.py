@@ -197,6 +197,54 @@ class OneCycleLR(LRScheduler):
                 group["momentum"] = momentum
 
 
+class ReduceLROnPlateau(LRScheduler):
+    """Multiply each group's learning rate by factor (not below min_lr) once the metric passed to step(metric) has not
+    improved for more than patience steps, then wait cooldown steps, as torch.optim.lr_scheduler.ReduceLROnPlateau.
+    mode "min" (a loss) or "max" (an accuracy); an improvement beats the best so far by threshold, relative
+    ("rel": best * (1 -+ threshold)) or absolute ("abs": best -+ threshold); a change smaller than eps is skipped.
+    It follows a metric, not the step count, so there is no formula per step and the constructor changes nothing."""
+
+    def __init__(self, optimizer, mode="min", factor=0.1, patience=10, threshold=1e-4, threshold_mode="rel",
+                 cooldown=0, min_lr=0.0, eps=1e-8):
+        if factor >= 1.0:
+            raise ValueError(f"ReduceLROnPlateau: factor should be < 1.0, got {factor}")
+        if mode not in ("min", "max") or threshold_mode not in ("rel", "abs"):
+            raise ValueError(f"ReduceLROnPlateau: mode must be 'min' or 'max' and threshold_mode 'rel' or 'abs', got "
+                             f"{mode!r} and {threshold_mode!r}")
+        groups = optimizer.param_groups
+        min_lrs = list(min_lr) if isinstance(min_lr, (list, tuple)) else [min_lr] * len(groups)
+        if len(min_lrs) != len(groups):
+            raise ValueError(f"ReduceLROnPlateau: expected {len(groups)} min_lrs (one per group), got {len(min_lrs)}")
+        self.optimizer, self.min_lrs = optimizer, min_lrs
+        self.mode, self.factor, self.patience, self.cooldown, self.eps = mode, factor, patience, cooldown, eps
+        self.threshold, self.threshold_mode = threshold, threshold_mode
+        self.best = math.inf if mode == "min" else -math.inf
+        self.num_bad_epochs = self.cooldown_counter = self.last_epoch = 0
+
+    def is_better(self, value, best):
+        relative = self.threshold_mode == "rel"
+        if self.mode == "min":
+            return value < (best * (1 - self.threshold) if relative else best - self.threshold)
+        return value > (best * (1 + self.threshold) if relative else best + self.threshold)
+
+    def step(self, metrics):
+        value = float(metrics)
+        self.last_epoch += 1
+        if self.is_better(value, self.best):
+            self.best, self.num_bad_epochs = value, 0
+        else:
+            self.num_bad_epochs += 1
+        if self.cooldown_counter > 0:                      # bad steps do not count while cooling down
+            self.cooldown_counter -= 1
+            self.num_bad_epochs = 0
+        if self.num_bad_epochs > self.patience:
+            for group, floor in zip(self.optimizer.param_groups, self.min_lrs):
+                new = max(group["lr"] * self.factor, floor)
+                if group["lr"] - new > self.eps:
+                    group["lr"] = new
+            self.cooldown_counter, self.num_bad_epochs = self.cooldown, 0
+
+
 def warmup_cosine(warmup_steps, total_steps, min_ratio=0.0):
     """A multiplier for LambdaLR: linear warm-up from 0 to 1 over warmup_steps, then cosine decay to min_ratio."""
     def multiplier(step):
