@@ -128,3 +128,60 @@ def test_cat_of_float32_and_float64_sends_each_gradient_back_in_its_own_dtype():
     out = ta.cat([a, b])
     out.sum().backward()
     assert out.dtype == np.float64 and a.grad.dtype == np.float32 and b.grad.dtype == np.float64
+
+
+# -- float16 accumulates in float32 -------------------------------------------------------------------------------
+def _half_rows():
+    return (50 + 0.1 * np.random.default_rng(0).standard_normal((4, 256))).astype(np.float16)
+
+
+def _layer_norm(rows):
+    return (rows - rows.mean(1, keepdims=True)) / np.sqrt(rows.var(1, keepdims=True) + 1e-5)
+
+
+# (function on a float16 tensor, the same in float64 NumPy on the float16 values, the input)
+HALF_ACCUMULATES = {
+    "sum": (lambda x: x.sum(), lambda a: a.sum(), lambda: np.full(5000, 0.1, dtype=np.float16)),
+    "cumsum": (lambda x: x.cumsum(0), lambda a: a.cumsum(0), lambda: np.full(5000, 0.1, dtype=np.float16)),
+    "mean": (lambda x: x.mean(1), lambda a: a.mean(1), _half_rows),
+    "var": (lambda x: x.var(1), lambda a: a.var(1, ddof=1), _half_rows),
+    "std": (lambda x: x.std(1), lambda a: a.std(1, ddof=1), _half_rows),
+    "norm": (lambda x: x.norm(), lambda a: np.sqrt((a * a).sum()), lambda: np.full(5000, 0.1, dtype=np.float16)),
+    "logsumexp": (lambda x: x.logsumexp(0), lambda a: np.log(np.exp(a).sum(0)),
+                  lambda: np.zeros(5000, dtype=np.float16)),
+    "softmax": (lambda x: F.softmax(x, 1), lambda a: np.exp(a - a.max(1, keepdims=True))
+                / np.exp(a - a.max(1, keepdims=True)).sum(1, keepdims=True), _half_rows),
+    "log_softmax": (lambda x: F.log_softmax(x, 0), lambda a: a - np.log(np.exp(a).sum(0)),
+                    lambda: np.zeros(5000, dtype=np.float16)),
+    "layer_norm": (lambda x: F.layer_norm(x, (256,)), _layer_norm, _half_rows),
+    "layer_norm (reference)": (lambda x: _on_reference(lambda: F.layer_norm(x, (256,))), _layer_norm, _half_rows),
+    "layer_norm with weight and bias": (
+        lambda x: F.layer_norm(x, (256,), ta.ones(256, dtype="float16"), ta.zeros(256, dtype="float16")),
+        _layer_norm, _half_rows),
+    "rms_norm": (lambda x: F.rms_norm(x - 50, (256,)),
+                 lambda a: (a - 50) / np.sqrt(((a - 50) ** 2).mean(1, keepdims=True) + np.finfo(np.float16).eps),
+                 _half_rows),
+    "mse_loss": (lambda x: F.mse_loss(x, ta.zeros_like(x)), lambda a: (a * a).mean(),
+                 lambda: np.full(5000, 0.1, dtype=np.float16)),
+}
+
+
+def _on_reference(function):
+    with F.reference():
+        return function()
+
+
+@pytest.mark.parametrize("name", HALF_ACCUMULATES)
+def test_float16_accumulates_in_float32_and_stays_float16(name):
+    function, in_float64, make = HALF_ACCUMULATES[name]
+    values = make()
+    x = ta.tensor(values, requires_grad=True)
+    out = function(x)
+    assert out.dtype == np.float16
+    expected = in_float64(values.astype(np.float64))
+    # float16 keeps 11 significant bits: within a few of its ulps of the exact answer (a float16 running sum of 5000
+    # times 0.1 stops at 256; LayerNorm of rows around 50 was 0.19 off)
+    np.testing.assert_allclose(host(out).astype(np.float64), expected, rtol=2e-3, atol=2e-3)
+    out.backward(ta.ones_like(out))
+    assert x.grad.dtype == np.float16 and np.isfinite(host(x.grad)).all()
+

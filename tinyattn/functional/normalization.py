@@ -202,7 +202,8 @@ def _n_features(x, normalized_shape):
 @ops.float_only(NotImplementedError)
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     ops.check_one_dtype("layer_norm", input, weight=weight, bias=bias)
-    return twins.implementation("layer_norm").apply(input, weight, bias, _n_features(input, normalized_shape), eps)
+    return ops.in_float32_if_half(twins.implementation("layer_norm").apply, input, weight, bias,
+                                  _n_features(input, normalized_shape), eps)
 
 
 @ops.float_only(NotImplementedError)
@@ -211,7 +212,8 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
     ops.check_one_dtype("rms_norm", input, weight=weight)
     if eps is None:
         eps = float(xp_of(input.array).finfo(input.dtype).eps)
-    return twins.implementation("rms_norm").apply(input, weight, _n_features(input, normalized_shape), eps)
+    return ops.in_float32_if_half(twins.implementation("rms_norm").apply, input, weight,
+                                  _n_features(input, normalized_shape), eps)
 
 
 @ops.float_only()

@@ -18,7 +18,8 @@ from .indexing import (Gather, GetItem, IndexAdd, IndexPut, MaskedFill, Scatter,
                        triu, where)
 from .matmul import MatMul, bmm, matmul
 from .methods import install as _install_methods
-from .promotion import check_one_dtype, computes_in_float, float_only, no_bool, require_float, result_dtype
+from .promotion import (accumulates_in_float32, check_one_dtype, computes_in_float, float_only, in_float32_if_half,
+                        no_bool, require_float, result_dtype)
 from .reductions import (Cumsum, LogSumExp, MaxOrMin, Mean, Norm, Prod, Sum, TakeAlongDim, Var, all, amax, amin, any,
                          argmax, argmin, cumsum, logsumexp, max, mean, min, norm, prod, std, sum, var)
 from .shapes import (Cat, Contiguous, Expand, Flip, Pad, Permute, Repeat, Reshape, RepeatInterleave, Roll, Stack,

@@ -8,7 +8,7 @@ from ..backend import silent_float_errors, xp_of
 from ..tensor import Function, Tensor
 from .dims import dim_index, dim_indices
 from .elementwise import maximum, minimum
-from .promotion import computes_in_float, float_only
+from .promotion import accumulates_in_float32, computes_in_float, float_only
 
 
 def _restore_reduced(grad, shape, axes, keepdim):
@@ -219,16 +219,19 @@ class LogSumExp(Function):
         return _restore_reduced(grad, x.shape, ctx.axes, ctx.keepdim) * weights, None, None
 
 
+@accumulates_in_float32
 def sum(x, dim=None, keepdim=False):
     return Sum.apply(x, dim_indices(dim, x.ndim), keepdim)
 
 
 @float_only()
+@accumulates_in_float32
 def mean(x, dim=None, keepdim=False):
     return Mean.apply(x, dim_indices(dim, x.ndim), keepdim)
 
 
 @float_only()
+@accumulates_in_float32
 def var(x, dim=None, keepdim=False, correction=None, unbiased=None, _caller="var"):
     if unbiased is not None and correction is not None:
         raise TypeError(f"{_caller}() takes unbiased or correction, not both")
@@ -249,6 +252,7 @@ def std(x, dim=None, keepdim=False, correction=None, unbiased=None):
 
 
 @float_only()
+@accumulates_in_float32
 def norm(x, p=2, dim=None, keepdim=False):
     """The p-norm over dims (all of them by default), as torch.norm; p may be a number, inf or "fro" (= 2)."""
     p = 2 if p == "fro" else p
@@ -257,6 +261,7 @@ def norm(x, p=2, dim=None, keepdim=False):
     return Norm.apply(x, float(p), dim_indices(dim, x.ndim), keepdim)
 
 
+@accumulates_in_float32
 def cumsum(x, dim):
     return Cumsum.apply(x, dim_index(dim, x.ndim))
 
@@ -313,6 +318,7 @@ def amin(x, dim=(), keepdim=False):
     return _amax_or_amin("amin", x, dim, keepdim, False)
 
 
+@accumulates_in_float32
 def prod(x, dim=None, keepdim=False):
     """The product over one dim (or all elements), as torch.prod; bool and integer inputs give int64."""
     axes = None if dim is None else (dim_index(dim, x.ndim),)
@@ -322,6 +328,7 @@ def prod(x, dim=None, keepdim=False):
 
 
 @computes_in_float
+@accumulates_in_float32
 def logsumexp(x, dim, keepdim=False):
     """log(sum(exp(x))) over dim (an int or a tuple), as torch.logsumexp: stable for large values."""
     return LogSumExp.apply(x, dim_indices(dim, x.ndim), keepdim)
