@@ -23,6 +23,7 @@ FLOAT_ONLY = {
     "log_softmax": (lambda x: F.log_softmax(x, 0), NotImplementedError),
     "Tensor.softmax": (lambda x: x.softmax(0), NotImplementedError),
     "gelu": (F.gelu, NotImplementedError), "silu": (F.silu, NotImplementedError),
+    "logsigmoid": (F.logsigmoid, NotImplementedError),
     "layer_norm": (lambda x: F.layer_norm(x, (3,)), NotImplementedError),
     "rms_norm": (lambda x: F.rms_norm(x, (3,)), NotImplementedError),
     "cross_entropy": (lambda x: F.cross_entropy(x.reshape(1, 3), ta.tensor([0])), NotImplementedError),
