@@ -253,6 +253,8 @@ class Clone(Function):
 
 
 class Abs(Function):
+    """|x|; its slope at the kink x = 0 is sign(0) = 0, PyTorch's choice (tests/test_kinks.py lists every kink's)."""
+
     @staticmethod
     def forward(ctx, x):
         ctx.save_for_backward(x)
@@ -316,6 +318,8 @@ class LogSigmoid(Function):
 
 
 class Relu(Function):
+    """max(x, 0); the gradient passes where x > 0 only, so its slope at 0 is 0, as in PyTorch."""
+
     @staticmethod
     def forward(ctx, x):
         out = xp_of(x).maximum(x, 0)
