@@ -76,7 +76,7 @@ def test_relative_bias_depends_on_the_offset_only_and_spares_the_prefix():
     for a, b, c, e in ((0, 1, 5, 6), (0, 4, 10, 14), (3, 0, 15, 12)):     # pairs with the same (dy, dx)
         assert (ys[b] - ys[a], xs[b] - xs[a]) == (ys[e] - ys[c], xs[e] - xs[c])
         np.testing.assert_allclose(patches[:, a, b], patches[:, c, e])
-    table = ta.tensor(host(rb.bias.table).astype(np.float64), requires_grad=True)
+    table = nn.Parameter(ta.tensor(host(rb.bias.table).astype(np.float64)))   # where a parameter lives, a Parameter
     rb.double()
 
     def biased(table):

@@ -393,6 +393,50 @@ def test_a_scheduler_resumed_from_its_state_dict_goes_on_where_it_stopped():
     assert resumed.get_last_lr() == [0.125]
 
 
+RESUMABLE = {
+    "StepLR": lambda o: optim.lr_scheduler.StepLR(o, 1, 0.5),
+    "MultiStepLR": lambda o: optim.lr_scheduler.MultiStepLR(o, [1, 2, 3], 0.5),
+    "CosineAnnealingLR": lambda o: optim.lr_scheduler.CosineAnnealingLR(o, 10),
+    "LinearLR": lambda o: optim.lr_scheduler.LinearLR(o, 0.25, total_iters=8),
+    "LambdaLR": lambda o: optim.lr_scheduler.LambdaLR(o, lambda e: 0.9 ** e),
+    "OneCycleLR": lambda o: optim.lr_scheduler.OneCycleLR(o, 0.5, total_steps=20),
+    "SequentialLR": lambda o: optim.lr_scheduler.SequentialLR(
+        o, [optim.lr_scheduler.LinearLR(o, 0.5, total_iters=2), optim.lr_scheduler.StepLR(o, 1, 0.5)], [2]),
+}
+
+
+@pytest.mark.parametrize("name", RESUMABLE)
+def test_a_scheduler_built_after_loading_the_optimizer_keeps_the_loaded_learning_rate(name):
+    """The usual resume: optimizer.load_state_dict, then the scheduler is built, then its state loaded. PyTorch sets
+    initial_lr once, and its constructors keep a rate they find (issue 31: StepLR wrote 0.1 over the loaded 0.0125
+    for one step)."""
+    make = RESUMABLE[name]
+    optimizer = optim.SGD([ta.ones(1, requires_grad=True)], lr=0.1, momentum=0.9)
+    scheduler = make(optimizer)
+    for _ in range(3):
+        optimizer.step()
+        scheduler.step()
+    loaded = optimizer.param_groups[0]["lr"]
+    resumed_optimizer = optim.SGD([ta.ones(1, requires_grad=True)], lr=0.1, momentum=0.9)
+    resumed_optimizer.load_state_dict(optimizer.state_dict())
+    resumed = make(resumed_optimizer)
+    assert resumed_optimizer.param_groups[0]["lr"] == loaded != 0.1
+    assert resumed_optimizer.param_groups[0]["momentum"] == optimizer.param_groups[0]["momentum"]
+    resumed.load_state_dict(scheduler.state_dict())
+    for _ in range(3):
+        optimizer.step()
+        scheduler.step()
+        resumed_optimizer.step()
+        resumed.step()
+        assert resumed.get_last_lr() == scheduler.get_last_lr()
+
+
+def test_a_fresh_optimizer_starts_at_step_0_of_its_schedule_whatever_the_order_of_sequential_parts():
+    lr = optim.lr_scheduler
+    assert _lrs(lambda o: lr.SequentialLR(o, [lr.CosineAnnealingLR(o, T_max=2), lr.LinearLR(o, 0.5, total_iters=2)],
+                                          [2]), 4) == [1, 0.5, 0.5, 0.75]
+
+
 def test_sgd_takes_pytorchs_arguments_in_pytorchs_order():
     def after_two_steps(*args, **kwargs):
         w = ta.ones(1, requires_grad=True)
@@ -411,8 +455,6 @@ def test_sgd_takes_pytorchs_arguments_in_pytorchs_order():
 def test_pytorch_paths_and_arguments_for_optimizers():
     w = ta.ones(3, requires_grad=True)
     optim.AdamW([w], fused=True, foreach=False)                       # accepted: one implementation here
-    with pytest.raises(NotImplementedError, match="amsgrad"):
-        optim.Adam([w], amsgrad=True)
     w.grad = ta.tensor([3.0, -0.5, 0.1])
     nn.utils.clip_grad_value_([w], 1.0)
     assert w.grad.tolist() == pytest.approx([1.0, -0.5, 0.1])
@@ -428,8 +470,8 @@ def test_einops_works_on_tensors_and_in_sequential():
     np.testing.assert_array_equal(host(patches), expected)
     assert ta.gradcheck(lambda t: einops.reduce(t, "b c h w -> b c", "mean"), (randn(2, 3, 2, 2),))
     assert einops.repeat(ta.ones(3), "c -> b c", b=4).shape == (4, 3)
-    with pytest.raises(NotImplementedError, match="'prod'"):              # exp(sum(log)) was NaN for x < 0
-        einops.reduce(-images, "b c h w -> b c", "prod")
+    np.testing.assert_allclose(host(einops.reduce(-images, "b c h w -> b c", "prod")),
+                               host(images).prod(axis=(2, 3)), rtol=1e-12)      # 64 negative factors: positive
     model = nn.Sequential(nn.Rearrange("b c h w -> b (c h w)"), nn.Linear(192, 2)).double()
     assert model(images).shape == (2, 2)
     with warnings.catch_warnings():

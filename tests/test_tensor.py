@@ -184,3 +184,15 @@ def test_to_device_round_trip_is_differentiable():
     (y * y).sum().backward()
     assert x.grad.device == "cpu"
     np.testing.assert_allclose(host(x.grad), [2.0, 4.0])
+
+
+def test_requires_grad_of_a_computed_tensor_cannot_be_changed():
+    x = ta.ones(2, requires_grad=True)
+    h = x * 2
+    for change in (lambda: setattr(h, "requires_grad", False), lambda: h.requires_grad_(False),
+                   lambda: setattr(h, "requires_grad", True)):
+        with pytest.raises(RuntimeError, match="only change requires_grad flags of leaf tensors.*detach"):
+            change()
+    assert h.requires_grad and not h.detach().requires_grad
+    x.requires_grad = False                                     # a leaf's flag changes freely
+    assert not x.requires_grad

@@ -4,6 +4,7 @@ Everything above it asks for an array module (``xp``) by device name or from an
 array it already holds, so the same op code runs on the CPU and on an NVIDIA GPU.
 CuPy is imported lazily: a machine without it never pays for the import.
 """
+import contextlib
 import math
 import os
 
@@ -122,6 +123,12 @@ def to_device(array, device):
 def to_host(array):
     """A NumPy array on the host (an explicit, synchronising transfer for CuPy arrays)."""
     return array.get() if is_cupy_array(array) else numpy.asarray(array)
+
+
+def silent_float_errors(array):
+    """A context in which a division by zero or an invalid operation on array's module gives inf or nan without
+    NumPy's RuntimeWarning (CuPy never warns), for results whose inf or nan is the answer PyTorch gives too."""
+    return contextlib.nullcontext() if is_cupy_array(array) else numpy.errstate(divide="ignore", invalid="ignore")
 
 
 def scatter_add(target, indices, values):

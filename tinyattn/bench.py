@@ -249,7 +249,41 @@ def parse(argv):
     args = parser.parse_args(argv)
     if args.command == "train-step" and "--warmup" not in argv:
         args.warmup = 2
+    flags = {action.dest: action.option_strings[0] for action in sub.choices[args.command]._actions
+             if action.option_strings}
+    errors = user_errors(args, flags)
+    if errors:
+        for error in errors:
+            print(f"{parser.prog} {args.command}: error: {error}", file=sys.stderr)
+        sys.exit(2)
     return args
+
+
+def user_errors(args, flags):
+    """What is wrong with the arguments, one sentence each (none: they are fine), checked before anything runs;
+    flags names each argument's option (--steps sets reps)."""
+    errors = [f"{flags[name]} must be at least {low}, got {getattr(args, name)}"
+              for name, low in (("n", 1), ("heads", 1), ("dim", 1), ("batch", 1), ("block_size", 1), ("reps", 1),
+                                ("warmup", 0), ("vocab", 1), ("d_model", 1), ("layers", 1), ("seq", 1))
+              if getattr(args, name, None) is not None and getattr(args, name) < low]
+    if args.command == "attention" and args.kv_heads is not None:
+        if args.kv_heads < 1 or args.heads % args.kv_heads:
+            errors.append(f"--kv-heads must be at least 1 and divide --heads (grouped-query attention), got "
+                          f"--heads {args.heads} --kv-heads {args.kv_heads}")
+    if args.command == "train-step" and args.heads >= 1 and args.d_model % args.heads:
+        errors.append(f"--d-model must be a multiple of --heads, got --d-model {args.d_model} --heads {args.heads}")
+    if args.framework == "torch":
+        try:
+            import torch
+        except ImportError:
+            return errors + ["--framework torch needs PyTorch, which this environment does not have"]
+        gpu = torch.cuda.is_available()
+    else:
+        from tinyattn import cuda_is_available
+        gpu = cuda_is_available()
+    if args.device == "cuda" and not gpu:
+        errors.append(f"--device cuda: {args.framework} sees no GPU here (run with --device cpu)")
+    return errors
 
 
 def main(argv=None):

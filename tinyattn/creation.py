@@ -47,17 +47,25 @@ def shape_from_args(size):
     return tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list)) else tuple(size)
 
 
+def new_shape(size):
+    """The shape of a new tensor, from f(2, 3), f((2, 3)) or f(n): a negative size is refused, naming the shape."""
+    shape = (size,) if isinstance(size, int) else shape_from_args(size)
+    if any(n < 0 for n in shape):
+        raise RuntimeError(f"trying to create a tensor with a negative dimension: shape {shape}")
+    return shape
+
+
 def zeros(*size, dtype=None, device=None, requires_grad=False):
-    return Tensor(backend.xp_for(_resolve(device)).zeros(shape_from_args(size), dtype=_dtype(dtype)), requires_grad)
+    return Tensor(backend.xp_for(_resolve(device)).zeros(new_shape(size), dtype=_dtype(dtype)), requires_grad)
 
 
 def ones(*size, dtype=None, device=None, requires_grad=False):
-    return Tensor(backend.xp_for(_resolve(device)).ones(shape_from_args(size), dtype=_dtype(dtype)), requires_grad)
+    return Tensor(backend.xp_for(_resolve(device)).ones(new_shape(size), dtype=_dtype(dtype)), requires_grad)
 
 
 def empty(*size, dtype=None, device=None, requires_grad=False):
     """Uninitialised values (whatever the memory held), as torch.empty."""
-    return Tensor(backend.xp_for(_resolve(device)).empty(shape_from_args(size), dtype=_dtype(dtype)), requires_grad)
+    return Tensor(backend.xp_for(_resolve(device)).empty(new_shape(size), dtype=_dtype(dtype)), requires_grad)
 
 
 def full(size, fill_value, dtype=None, device=None, requires_grad=False):
@@ -65,7 +73,7 @@ def full(size, fill_value, dtype=None, device=None, requires_grad=False):
     if dtype is None:
         dtype = backend.bool_ if isinstance(fill_value, bool) else backend.int64 if isinstance(fill_value, int) \
             else None
-    size = (size,) if isinstance(size, int) else tuple(size)
+    size = new_shape(size)
     return Tensor(backend.xp_for(_resolve(device)).full(size, fill_value, dtype=_dtype(dtype)), requires_grad)
 
 
@@ -129,31 +137,38 @@ def arange(start, end=None, step=1, dtype=None, device=None):
     """Integers from start up to end (int64), or floats when any bound is a float, as torch.arange."""
     if end is None:
         start, end = 0, start
+    if step == 0:
+        raise RuntimeError("arange: step must be nonzero")
+    if (end - start) * step < 0:
+        raise RuntimeError(f"arange: the bounds {start} and {end} are inconsistent with the sign of step {step}")
     is_float = any(isinstance(v, float) for v in (start, end, step))
     fallback = None if is_float else backend.int64
     return Tensor(backend.xp_for(_resolve(device)).arange(start, end, step, dtype=_dtype(dtype, fallback)))
 
 
 def eye(n, m=None, dtype=None, device=None):
+    n, m = new_shape((n, n if m is None else m))
     return Tensor(backend.xp_for(_resolve(device)).eye(n, m, dtype=_dtype(dtype)))
 
 
 def randn(*size, dtype=None, device=None, requires_grad=False):
     device = _resolve(device)
-    array = backend.generator(device).standard_normal(shape_from_args(size), dtype=_dtype(dtype))
+    array = backend.generator(device).standard_normal(new_shape(size), dtype=_dtype(dtype))
     return Tensor(array, requires_grad)
 
 
 def rand(*size, dtype=None, device=None, requires_grad=False):
     device = _resolve(device)
-    return Tensor(backend.generator(device).random(shape_from_args(size), dtype=_dtype(dtype)), requires_grad)
+    return Tensor(backend.generator(device).random(new_shape(size), dtype=_dtype(dtype)), requires_grad)
 
 
 def randint(low, high=None, size=(), dtype=None, device=None):
     if high is None:
         low, high = 0, low
+    if low >= high:
+        raise RuntimeError(f"randint draws from [low, high): low must be less than high, got low={low}, high={high}")
     device = _resolve(device)
-    array = backend.generator(device).integers(low, high, size=tuple(size))
+    array = backend.generator(device).integers(low, high, size=new_shape(size))
     return Tensor(array.astype(_dtype(dtype, backend.int64)))
 
 
@@ -166,6 +181,8 @@ def multinomial(input, num_samples, replacement=False):
     rows = weights.reshape(-1, weights.shape[-1]).astype(backend.float64)
     if rows.size and (bool((rows < 0).any()) or not bool(xp.isfinite(rows).all())):
         raise RuntimeError("multinomial: probabilities must be finite and non-negative")
+    if rows.size and bool((rows.sum(axis=1) <= 0).any()):
+        raise RuntimeError("multinomial: a row of weights sums to 0, so there is no distribution to draw from")
     if not replacement and num_samples > rows.shape[1]:
         raise RuntimeError(f"multinomial: cannot draw {num_samples} samples without replacement from "
                            f"{rows.shape[1]} categories")
@@ -183,9 +200,10 @@ def multinomial(input, num_samples, replacement=False):
 
 def randperm(n, device=None):
     device = _resolve(device)
+    (n,) = new_shape(n)
     return Tensor(backend.xp_for(device).argsort(backend.generator(device).random(n)).astype(backend.int64))
 
 
 def empty_parameter_data(shape, dtype=None, device=None):
     """An uninitialised array for a new parameter, on the default device, float32 unless told otherwise."""
-    return backend.xp_for(_resolve(device)).empty(tuple(shape), dtype=_dtype(dtype))
+    return backend.xp_for(_resolve(device)).empty(new_shape(shape), dtype=_dtype(dtype))

@@ -36,15 +36,19 @@ if AbstractBackend is not None:
             return ops.permute(x, tuple(axes))
 
         def reduce(self, x, operation, axes):
+            """einops' reductions as PyTorch's backend does them: max and min are amax and amin (tied values share
+            the gradient), prod multiplies over every axis at once."""
             axes = tuple(axes)
-            if operation in ("sum", "mean"):
+            if operation in ("sum", "mean", "any", "all"):
                 return getattr(ops, operation)(x, axes)
             if operation in ("max", "min"):
+                return (ops.amax if operation == "max" else ops.amin)(x, axes)
+            if operation == "prod":
                 for axis in sorted(axes, reverse=True):
-                    x = getattr(ops, operation)(x, axis)[0]
+                    x = ops.prod(x, axis)
                 return x
-            raise NotImplementedError(f"einops reduction {operation!r} on tinyattn tensors (sum, mean, max and min "
-                                      "are supported)")
+            raise NotImplementedError(f"einops reduction {operation!r} on tinyattn tensors (sum, mean, max, min, prod, "
+                                      "any and all are supported)")
 
         def stack_on_zeroth_dimension(self, tensors):
             return ops.stack(tensors)

@@ -180,7 +180,9 @@ class Tensor:
         self.grad = None
         self._node = None
         self._versions = [0]     # how often its memory was changed in place; shared with the tensors viewing it
-        self.requires_grad = requires_grad
+        self._requires_grad = False
+        if requires_grad:
+            self.requires_grad = True
 
     # -- attributes ---------------------------------------------------------------------------
     @property
@@ -198,6 +200,10 @@ class Tensor:
 
     @requires_grad.setter
     def requires_grad(self, flag):
+        if self._node is not None:
+            raise RuntimeError(f"you can only change requires_grad flags of leaf tensors; this one (shape "
+                               f"{self.shape}) is computed by {self._node.name()}. To use it in a computation that "
+                               "needs no gradient, use its detach()")
         if flag and not _is_float(self.array.dtype):
             raise RuntimeError(f"only floating-point tensors can require gradients, got dtype {self.array.dtype}")
         self._requires_grad = bool(flag)
@@ -313,9 +319,10 @@ class Tensor:
     def _take_history(self, node):
         """Become the output of node (an in-place change): later uses of this tensor lead back through node, and
         .grad is still kept if retain_grad() asked for it."""
-        if self._node is not None and self._node.retained is not None:
+        if self._node is not None and self._node.retained is not None and node is not None:
             node.retained, self._node.retained = self._node.retained, None
         self._node = node
+        self._requires_grad = node is not None       # a computed tensor requires grad; one with no history is a leaf
 
     # -- the backward walk --------------------------------------------------------------------
     def backward(self, gradient=None, retain_graph=False, create_graph=False, inputs=None):
@@ -439,7 +446,7 @@ class Function:
         inputs = [a if isinstance(a, Tensor) else None for a in args]
         _share_versions_with_viewed_input(result, inputs)
         if is_grad_enabled() and any(ctx.needs_input_grad) and _is_float(output.dtype):
-            result.requires_grad = True
+            result._requires_grad = True
             result._node = Node(cls, ctx, inputs, _saved_versions(ctx.saved_tensors, inputs, result), result)
         return result
 

@@ -7,15 +7,15 @@ activations.py, dropout.py, recurrent.py (the GRU step), conv.py, attention.py (
 additive_attention.py (Bahdanau), flash_attention.py (+ flash_kernel.py and flash_attention.cu, its CUDA kernels);
 attention_inputs.py holds what the attention functions share.
 """
-from ..ops import pad, relu, sigmoid, tanh
+from ..ops import logsigmoid, pad, relu, sigmoid, tanh
 from ..tensor import Tensor
 from .activations import gelu, silu
 from .additive_attention import additive_attention, additive_scores
 from .attention import attention_weights, scaled_dot_product_attention
 from .attention_inputs import causal_mask
 from .conv import conv2d, unfold
-from .dropout import dropout
-from .embedding import embedding, one_hot
+from .dropout import check_probability, dropout
+from .embedding import embedding, one_hot, padding_row
 from .flash_attention import flash_attention
 from .linear import linear
 from .losses import binary_cross_entropy_with_logits, cross_entropy, kl_div, mse_loss, nll_loss

@@ -3,7 +3,7 @@ import math
 
 from .. import cpu
 from ..backend import erfc, xp_of
-from ..ops import sigmoid_array
+from ..ops import float_only, sigmoid_array
 from ..tensor import Function
 from . import activations_kernel, twins
 
@@ -137,11 +137,13 @@ twins.register("gelu", FastGELU, ReferenceGELU)
 twins.register("silu", FastSiLU, ReferenceSiLU)
 
 
+@float_only(NotImplementedError)
 def gelu(input, approximate="none"):
     if approximate not in ("none", "tanh"):
         raise ValueError(f"approximate must be 'none' or 'tanh', got {approximate!r}")
     return twins.implementation("gelu").apply(input, approximate)
 
 
+@float_only(NotImplementedError)
 def silu(input):
     return twins.implementation("silu").apply(input)

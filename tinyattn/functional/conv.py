@@ -153,4 +153,8 @@ def conv2d(input, weight, bias=None, stride=1, padding=0):
     if input.ndim != 4 or weight.ndim != 4 or input.shape[1] != weight.shape[1]:
         raise ValueError(f"conv2d needs input (B, C, H, W) and weight (O, C, kh, kw) with equal C, got "
                          f"{input.shape} and {weight.shape}")
-    return twins.implementation("conv2d").apply(input, weight, bias, _pair(stride), _pair(padding))
+    stride, padding = _pair(stride), _pair(padding)
+    if min(stride) <= 0 or min(padding) < 0:
+        raise RuntimeError(f"conv2d needs positive strides and non-negative padding, got stride {stride} and "
+                           f"padding {padding}")
+    return twins.implementation("conv2d").apply(input, weight, bias, stride, padding)

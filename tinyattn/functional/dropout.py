@@ -2,6 +2,7 @@
 value is unchanged. On the CPU there is nothing to arrange for speed in it; on the GPU the fast version multiplies in
 one CUDA kernel (dropout_kernel.py)."""
 from ..backend import device_of, generator
+from ..ops import require_float
 from ..tensor import Function
 from . import dropout_kernel, twins
 
@@ -48,12 +49,18 @@ def keep_mask(shape, p, like):
     return generator(device_of(like)).random(shape, dtype=like.dtype) >= p
 
 
+def check_probability(caller, p):
+    """ValueError, as PyTorch's, unless p is a probability."""
+    if not 0 <= p <= 1:
+        raise ValueError(f"{caller} probability has to be between 0 and 1, but got {p}")
+
+
 def dropout(input, p=0.5, training=True):
     """Zero each element with probability p and scale the rest by 1/(1-p); the identity when not training."""
-    if not 0 <= p <= 1:
-        raise ValueError(f"dropout probability must be in [0, 1], got {p}")
+    check_probability("dropout", p)
     if not training or p == 0:
         return input
+    require_float(input, "dropout")                     # an integer tensor cannot hold 1/(1-p), as in PyTorch
     if p == 1:
         return input * 0.0
     return twins.implementation("dropout").apply(input, keep_mask(input.shape, p, input.array), 1.0 / (1.0 - p))

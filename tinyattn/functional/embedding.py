@@ -43,7 +43,18 @@ class FastEmbedding(ReferenceEmbedding):
 twins.register("embedding", FastEmbedding, ReferenceEmbedding)
 
 
+def padding_row(padding_idx, rows):
+    """padding_idx as a row of a table of rows rows (a negative one counts from the end, as in PyTorch)."""
+    if padding_idx is None:
+        return None
+    if not -rows <= padding_idx < rows:
+        raise ValueError(f"padding_idx {padding_idx} must be within the table's {rows} rows "
+                         f"({-rows}..{rows - 1})")
+    return padding_idx % rows
+
+
 def embedding(input, weight, padding_idx=None):
+    padding_idx = padding_row(padding_idx, weight.shape[0])
     ids = as_array(input)
     if ids.dtype.kind not in "iu":
         raise TypeError(f"embedding needs integer ids, got dtype {ids.dtype}")

@@ -5,7 +5,7 @@ from .. import cpu, ops
 from ..backend import xp_of
 from ..tensor import Function, Tensor, as_array
 from . import losses_kernel, twins
-from .softmax import log_softmax_array, log_softmax_last
+from .softmax import log_softmax, log_softmax_array, log_softmax_last
 
 
 def _reduce(losses, valid_count, reduction):
@@ -116,13 +116,20 @@ def _check_arguments(caller, weight=None, size_average=None, reduce=None, reduct
         raise ValueError(f"{caller}: reduction must be one of {', '.join(map(repr, reductions))}, got {reduction!r}")
 
 
+@ops.float_only(NotImplementedError)
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
                   label_smoothing=0.0):
-    """PyTorch's F.cross_entropy for class-index targets: input (N, C) or (N, C, d1, ...), target (N, d1, ...)."""
+    """PyTorch's F.cross_entropy: input (N, C) or (N, C, d1, ...) (or (C,)) with class indices (N, d1, ...), or
+    with class probabilities of the input's shape and dtype (a float target, as soft labels or distillation)."""
     _check_arguments("cross_entropy", weight, size_average, reduce, reduction)
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise RuntimeError(f"cross_entropy: label_smoothing must be between 0.0 and 1.0, got {label_smoothing}")
     target_data = as_array(target)
+    if target_data.dtype.kind == "f":
+        return _cross_entropy_with_probabilities(input, target, reduction, label_smoothing)
     if target_data.dtype.kind not in "iu":
-        raise TypeError(f"cross_entropy needs integer class targets, got dtype {target_data.dtype}")
+        raise TypeError(f"cross_entropy needs integer class indices or floating class probabilities as targets, got "
+                        f"dtype {target_data.dtype}")
     extra_shape = ()
     if input.ndim == 1:
         input, target_data = ops.unsqueeze(input, 0), target_data.reshape(1)
@@ -133,14 +140,34 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     if target_data.shape != input.shape[:1]:
         raise ValueError(f"cross_entropy: target shape {tuple(target.shape)} does not match input shape "
                          f"{tuple(input.shape)}")
-    classes = input.shape[1]
-    outside = (target_data != ignore_index) & ((target_data < 0) | (target_data >= classes))
-    if outside.any():
-        raise IndexError(f"cross_entropy: target {int(target_data[outside][0])} is out of bounds for {classes} classes "
-                         f"(targets 0..{classes - 1}, or ignore_index={ignore_index} to skip a row)")
+    _check_targets("cross_entropy", target_data, input.shape[1], ignore_index)
     loss = twins.implementation("cross_entropy").apply(input, target_data, ignore_index, reduction,
                                                         float(label_smoothing))
     return ops.reshape(loss, extra_shape) if reduction == "none" and extra_shape else loss
+
+
+def _cross_entropy_with_probabilities(input, target, reduction, label_smoothing):
+    """-sum_c t_c log softmax(x)_c over the class dim (1, or 0 for an unbatched (C,) input), with t smoothed to
+    (1 - eps) t + eps / C; "mean" divides by the number of rows (every position of (N, d1, ...)), as PyTorch. Its
+    gradient, log_softmax's chain rule, is p sum_c t_c - t for the input and -log p for a target that wants one."""
+    if tuple(target.shape) != tuple(input.shape):
+        raise ValueError(f"cross_entropy: class probabilities {tuple(target.shape)} must have the input's shape "
+                         f"{tuple(input.shape)} (class indices are an integer tensor)")
+    ops.check_one_dtype("cross_entropy", input, target=target)
+    class_dim = 0 if input.ndim == 1 else 1
+    if label_smoothing:
+        target = target * (1 - label_smoothing) + label_smoothing / input.shape[class_dim]
+    losses = -(target * log_softmax(input, class_dim)).sum(class_dim)
+    return _reduced(losses, reduction)
+
+
+def _check_targets(caller, target, classes, ignore_index):
+    """IndexError naming the first class index outside 0..classes - 1 that is not ignore_index (a negative one would
+    silently pick a class from the end)."""
+    outside = (target != ignore_index) & ((target < 0) | (target >= classes))
+    if outside.any():
+        raise IndexError(f"{caller}: target {int(target[outside][0])} is out of bounds for {classes} classes "
+                         f"(targets 0..{classes - 1}, or ignore_index={ignore_index} to skip a row)")
 
 
 def _reduced(losses, reduction):
@@ -152,6 +179,7 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
     ignore_index, as F.nll_loss (no class weights here)."""
     _check_arguments("nll_loss", weight, size_average, reduce, reduction)
     target = as_array(target)
+    _check_targets("nll_loss", target, input.shape[1], ignore_index)
     xp = xp_of(target)
     valid = target != ignore_index
     picked = ops.gather(input, 1, xp.where(valid, target, 0)[:, None])[:, 0]
@@ -161,6 +189,7 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
     return _reduced(losses, reduction)
 
 
+@ops.float_only()
 def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
     """sum of target * (log target - input), input being log-probabilities, as F.kl_div; reduction "batchmean"
     divides by the batch size (the KL divergence proper), "mean" by the number of elements (PyTorch's default)."""
@@ -174,21 +203,26 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_
     return _reduced(pointwise, reduction)
 
 
+@ops.float_only(NotImplementedError)
 def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None, reduction="mean",
                                      pos_weight=None):
-    """-[t log s(x) + (1 - t) log(1 - s(x))] from logits x, computed stably as max(x, 0) - x t + log(1 + exp(-|x|));
-    weight multiplies each element's loss and pos_weight the positive term, as in PyTorch."""
+    """-[p t log s(x) + (1 - t) log(1 - s(x))] from logits x, with pos_weight p (1 by default) and weight multiplying
+    each element's loss, as in PyTorch. With log s(x) from logsigmoid and log(1 - s(x)) = log s(x) - x, the loss is
+    (1 - t) x - (1 + (p - 1) t) log s(x): stable for any x, and its derivative (1 - t) - (1 + (p - 1) t) s(-x)
+    (= s(x) - t when p = 1) is exact everywhere, at x = 0 too (a zero-initialised logistic head's first step)."""
     _check_arguments("binary_cross_entropy_with_logits", None, size_average, reduce, reduction)
-    softplus_neg = ops.log(1 + ops.exp(-ops.abs(input))) + ops.relu(-input)     # log(1 + exp(-x))
-    if pos_weight is None:
-        losses = (1 - target) * input + softplus_neg
-    else:
-        losses = (1 - target) * input + (1 + (pos_weight - 1) * target) * softplus_neg
+    if tuple(target.shape) != tuple(input.shape):
+        raise ValueError(f"binary_cross_entropy_with_logits: target size {tuple(target.shape)} must be the same as "
+                         f"input size {tuple(input.shape)}")
+    log_p = ops.logsigmoid(input)
+    positive = log_p if pos_weight is None else (1 + (pos_weight - 1) * target) * log_p
+    losses = (1 - target) * input - positive
     if weight is not None:
         losses = losses * weight
     return _reduced(losses, reduction)
 
 
+@ops.float_only(NotImplementedError)
 def mse_loss(input, target, size_average=None, reduce=None, reduction="mean"):
     _check_arguments("mse_loss", None, size_average, reduce, reduction)
     if tuple(input.shape) != tuple(target.shape):

@@ -199,19 +199,25 @@ def _n_features(x, normalized_shape):
     return math.prod(normalized_shape)
 
 
+@ops.float_only(NotImplementedError)
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     ops.check_one_dtype("layer_norm", input, weight=weight, bias=bias)
-    return twins.implementation("layer_norm").apply(input, weight, bias, _n_features(input, normalized_shape), eps)
+    return ops.in_float32_if_half(twins.implementation("layer_norm").apply, input, weight, bias,
+                                  _n_features(input, normalized_shape), eps)
 
 
+@ops.float_only(NotImplementedError)
 def rms_norm(input, normalized_shape, weight=None, eps=None):
     """x / sqrt(mean(x^2) + eps) * weight; eps=None uses the dtype's machine epsilon, as PyTorch."""
     ops.check_one_dtype("rms_norm", input, weight=weight)
     if eps is None:
         eps = float(xp_of(input.array).finfo(input.dtype).eps)
-    return twins.implementation("rms_norm").apply(input, weight, _n_features(input, normalized_shape), eps)
+    return ops.in_float32_if_half(twins.implementation("rms_norm").apply, input, weight,
+                                  _n_features(input, normalized_shape), eps)
 
 
+@ops.float_only()
 def normalize(input, p=2.0, dim=1, eps=1e-12):
-    """input / max(||input||_p over dim, eps), as F.normalize: rows of length 1 (a zero row stays zero)."""
-    return input / ops.maximum(ops.norm(input, p, dim, keepdim=True), eps)
+    """input / max(||input||_p over dim, eps), as F.normalize: rows of length 1 (a zero row stays zero). The max is
+    clamp's, as PyTorch's clamp_min: a norm equal to eps keeps its whole gradient (maximum would give it half)."""
+    return input / ops.clamp(ops.norm(input, p, dim, keepdim=True), min=eps)

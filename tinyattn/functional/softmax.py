@@ -5,7 +5,7 @@ with every key masked) gives zeros and a zero gradient, never NaN.
 """
 from .. import cpu
 from ..backend import xp_of
-from ..ops import dim_index
+from ..ops import dim_index, in_float32_if_half, require_float
 from ..tensor import Function
 from . import twins
 
@@ -131,11 +131,11 @@ twins.register("log_softmax", FastLogSoftmax, ReferenceLogSoftmax)
 
 
 def softmax(input, dim=-1, dtype=None):
-    """softmax over dim; dtype casts the input first (as F.softmax's dtype argument)."""
-    input = input if dtype is None else input.to(dtype)
-    return twins.implementation("softmax").apply(input, dim_index(dim, input.ndim))
+    """softmax over dim of a floating tensor; dtype casts the input first (as F.softmax's dtype argument)."""
+    input = require_float(input if dtype is None else input.to(dtype), "softmax", NotImplementedError)
+    return in_float32_if_half(twins.implementation("softmax").apply, input, dim_index(dim, input.ndim))
 
 
 def log_softmax(input, dim=-1, dtype=None):
-    input = input if dtype is None else input.to(dtype)
-    return twins.implementation("log_softmax").apply(input, dim_index(dim, input.ndim))
+    input = require_float(input if dtype is None else input.to(dtype), "log_softmax", NotImplementedError)
+    return in_float32_if_half(twins.implementation("log_softmax").apply, input, dim_index(dim, input.ndim))

@@ -35,6 +35,7 @@ class Linear(Module):
 class Embedding(Module):
     def __init__(self, num_embeddings, embedding_dim, padding_idx=None):
         super().__init__()
+        padding_idx = F.padding_row(padding_idx, num_embeddings)
         self.num_embeddings, self.embedding_dim, self.padding_idx = num_embeddings, embedding_dim, padding_idx
         self.weight = init.normal_(_parameter(num_embeddings, embedding_dim))
         if padding_idx is not None:
@@ -77,8 +78,10 @@ class RMSNorm(Module):
 
 
 class Dropout(Module):
-    def __init__(self, p=0.5):
+    def __init__(self, p=0.5, inplace=False):
+        """inplace is accepted so that PyTorch code runs; the result is a new tensor either way."""
         super().__init__()
+        F.check_probability("dropout", p)
         self.p = p
 
     def forward(self, x):
@@ -89,6 +92,10 @@ class Dropout(Module):
 
 
 class ReLU(Module):
+    def __init__(self, inplace=False):
+        """inplace is accepted so that PyTorch code runs; the result is a new tensor either way."""
+        super().__init__()
+
     def forward(self, x):
         return ops.relu(x)
 

@@ -72,21 +72,37 @@ class Module:
 
     # -- registration -------------------------------------------------------------------------
     def __setattr__(self, name, value):
+        """PyTorch's rules: a Parameter registers as a parameter and a Module as a child, each keeping its place in
+        the order when it replaces one of the same name (code that pairs parameters by position, an optimizer's
+        state or a checkpoint read elsewhere, stays right); a name that holds a parameter, a child or a buffer takes
+        only a value of its kind, or None; anything else is a plain attribute."""
         if "_parameters" not in self.__dict__:
             raise AttributeError(f"{type(self).__name__}.__init__ must call super().__init__() before assigning "
                                  f"{name!r}")
-        if name in self._buffers and not isinstance(value, (Parameter, Module)):
-            self._buffers[name] = value
-            return
-        for registry in (self._parameters, self._modules, self._buffers):
-            registry.pop(name, None)
         if isinstance(value, Parameter):
+            self._forget(name, keep=self._parameters)
             self._parameters[name] = value
+        elif name in self._parameters:
+            _check_kind(value, None, "parameter", name, "tinyattn.nn.Parameter or None")
+            self._parameters[name] = None
         elif isinstance(value, Module):
+            self._forget(name, keep=self._modules)
             self._modules[name] = value
+        elif name in self._modules:
+            _check_kind(value, None, "child module", name, "tinyattn.nn.Module or None")
+            self._modules[name] = None
+        elif name in self._buffers:
+            _check_kind(value, Tensor, "buffer", name, "tinyattn.Tensor or None")
+            self._buffers[name] = value
         else:
             object.__setattr__(self, name, value)
-            return
+
+    def _forget(self, name, keep):
+        """Take name out of every registry but keep (and out of the plain attributes), so one place holds it."""
+        for registry in (self._parameters, self._modules, self._buffers):
+            if registry is not keep:
+                registry.pop(name, None)
+        self._non_persistent.discard(name)
         self.__dict__.pop(name, None)
 
     def __getattr__(self, name):
@@ -100,36 +116,52 @@ class Module:
         for registry in (self._parameters, self._modules, self._buffers):
             if name in registry:
                 del registry[name]
+                self._non_persistent.discard(name)
                 return
         object.__delattr__(self, name)
 
+    def _check_new_name(self, name, kind):
+        if not isinstance(name, str):
+            raise TypeError(f"{kind} name should be a string, got {type(name).__name__}")
+        if not name or "." in name:
+            raise KeyError(f"{kind} name {name!r} can't be empty or contain \".\"")
+        if hasattr(self, name) and name not in (self._parameters if kind == "parameter" else self._buffers):
+            raise KeyError(f"attribute {name!r} already exists")
+
     def register_buffer(self, name, tensor, persistent=True):
         """A tensor that belongs to the module's state (moved by to(), saved if persistent) but is not learned."""
+        self._check_new_name(name, "buffer")
+        _check_kind(tensor, Tensor, "buffer", name, "tinyattn.Tensor or None")
         self._buffers[name] = tensor
-        if not persistent:
+        if persistent:
+            self._non_persistent.discard(name)
+        else:
             self._non_persistent.add(name)
 
     def register_parameter(self, name, param):
-        if param is None:
-            self._parameters.pop(name, None)
-            object.__setattr__(self, name, None)
-        else:
-            self._parameters[name] = param
+        """Register param (a Parameter, or None for an optional one that is absent, as a bias=False layer's)."""
+        self._check_new_name(name, "parameter")
+        _check_kind(param, Parameter, "parameter", name, "tinyattn.nn.Parameter or None")
+        if param is not None and not param.is_leaf:
+            raise ValueError(f"cannot register a non-leaf tensor (shape {param.shape}) as parameter {name!r}: it is "
+                             "computed from others. Use a Parameter made from its detach()")
+        self._parameters[name] = param
 
     # -- walking the tree ---------------------------------------------------------------------
     def named_modules(self, prefix=""):
         yield prefix, self
-        for name, child in self._modules.items():
+        for name, child in self.named_children():
             yield from child.named_modules(f"{prefix}.{name}" if prefix else name)
 
     def modules(self):
         return (m for _, m in self.named_modules())
 
     def named_children(self):
-        return iter(self._modules.items())
+        """(name, child) for each child module (a name set to None holds none)."""
+        return ((name, child) for name, child in self._modules.items() if child is not None)
 
     def children(self):
-        return iter(self._modules.values())
+        return (child for _, child in self.named_children())
 
     def named_parameters(self, prefix="", recurse=True):
         seen = set()
@@ -271,6 +303,13 @@ class Module:
         if not lines:
             return head + ")"
         return head + "\n  " + "\n  ".join(lines) + "\n)"
+
+
+def _check_kind(value, kind, role, name, expected):
+    """TypeError, as PyTorch's, when value (not None) is not of kind (None: only None is accepted)."""
+    if value is not None and (kind is None or not isinstance(value, kind)):
+        what = f"a {type(value).__name__}" + (f" of shape {value.shape}" if isinstance(value, Tensor) else "")
+        raise TypeError(f"cannot assign {what} as {role} {name!r} ({expected} expected)")
 
 
 def _checked_module(module, container, place):

@@ -79,6 +79,14 @@ def lstm_step(x_proj, state, w_hh, b_hh):
     return ops.sigmoid(o) * ops.tanh(c), c
 
 
+def _check_state(module, state, expected, what="hidden"):
+    """PyTorch's check of an initial state: a state of another shape would broadcast over the batch, or leave a
+    layer's part unused, without a word."""
+    if tuple(state.shape) != tuple(expected):
+        raise RuntimeError(f"{type(module).__name__}: expected {what} of size {tuple(expected)}, got {state.shape}")
+    return state
+
+
 def _init_weights(module, names, hidden_size):
     for name in names:
         init.default_uniform_(getattr(module, name), hidden_size)
@@ -86,6 +94,7 @@ def _init_weights(module, names, hidden_size):
 
 class _Cell(Module):
     kind = "RNN"
+    state_names = ("hidden",)
 
     def __init__(self, input_size, hidden_size, bias=True):
         super().__init__()
@@ -97,14 +106,22 @@ class _Cell(Module):
         self.bias_hh = _parameter(gates) if bias else None
         _init_weights(self, [n for n, _ in self.named_parameters()], hidden_size)
 
-    def _prepare(self, x):
-        """Unbatched input (input_size,) is treated as a batch of one, as in PyTorch."""
-        if x.shape[-1] != self.input_size:
-            raise ValueError(f"{type(self).__name__} expects input of size {self.input_size}, got shape {x.shape}")
+    def _prepare(self, x, hx):
+        """(x, states, batched): unbatched input (input_size,) is treated as a batch of one, as in PyTorch, and its
+        state(s) (hidden_size,) too; hx is a state, an (h, c) pair for LSTMCell, or None (zeros)."""
+        if x.ndim not in (1, 2) or x.shape[-1] != self.input_size:
+            raise ValueError(f"{type(self).__name__} expects input (batch, {self.input_size}) or ({self.input_size},), "
+                             f"got shape {x.shape}")
         batched = x.ndim == 2
         x = x if batched else x.unsqueeze(0)
-        zero = zeros(x.shape[0], self.hidden_size, dtype=x.dtype, device=x.device)
-        return x, batched, zero
+        expected = (x.shape[0], self.hidden_size) if batched else (self.hidden_size,)
+        if hx is None:
+            states = (zeros(x.shape[0], self.hidden_size, dtype=x.dtype, device=x.device),) * len(self.state_names)
+        else:
+            hx = hx if isinstance(hx, tuple) else (hx,)
+            states = tuple(_check_state(self, s, expected, name) for s, name in zip(hx, self.state_names))
+            states = states if batched else tuple(s.unsqueeze(0) for s in states)
+        return x, states, batched
 
     def extra_repr(self):
         return f"{self.input_size}, {self.hidden_size}"
@@ -112,12 +129,13 @@ class _Cell(Module):
 
 class RNNCell(_Cell):
     def __init__(self, input_size, hidden_size, bias=True, nonlinearity="tanh"):
+        if nonlinearity not in ("tanh", "relu"):
+            raise ValueError(f"unknown nonlinearity {nonlinearity!r}: 'tanh' or 'relu'")
         super().__init__(input_size, hidden_size, bias)
         self.nonlinearity = nonlinearity
 
     def forward(self, x, hx=None):
-        x, batched, zero = self._prepare(x)
-        h = zero if hx is None else (hx if batched else hx.unsqueeze(0))
+        x, (h,), batched = self._prepare(x, hx)
         h = rnn_step(F.linear(x, self.weight_ih, self.bias_ih), h, self.weight_hh, self.bias_hh, self.nonlinearity)
         return h if batched else h.squeeze(0)
 
@@ -126,18 +144,17 @@ class GRUCell(_Cell):
     kind = "GRU"
 
     def forward(self, x, hx=None):
-        x, batched, zero = self._prepare(x)
-        h = zero if hx is None else (hx if batched else hx.unsqueeze(0))
+        x, (h,), batched = self._prepare(x, hx)
         h = gru_step(F.linear(x, self.weight_ih, self.bias_ih), h, self.weight_hh, self.bias_hh)
         return h if batched else h.squeeze(0)
 
 
 class LSTMCell(_Cell):
     kind = "LSTM"
+    state_names = ("hidden[0]", "hidden[1]")
 
     def forward(self, x, hx=None):
-        x, batched, zero = self._prepare(x)
-        h, c = (zero, zero) if hx is None else (hx if batched else tuple(t.unsqueeze(0) for t in hx))
+        x, (h, c), batched = self._prepare(x, hx)
         h, c = lstm_step(F.linear(x, self.weight_ih, self.bias_ih), (h, c), self.weight_hh, self.bias_hh)
         return (h, c) if batched else (h.squeeze(0), c.squeeze(0))
 
@@ -150,6 +167,12 @@ class _Recurrent(Module):
     def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0,
                  bidirectional=False, nonlinearity="tanh"):
         super().__init__()
+        if num_layers < 1 or hidden_size < 1:
+            raise ValueError(f"{type(self).__name__} needs num_layers and hidden_size of at least 1, got num_layers="
+                             f"{num_layers}, hidden_size={hidden_size}")
+        F.check_probability(f"{type(self).__name__} dropout", dropout)
+        if nonlinearity not in ("tanh", "relu"):
+            raise ValueError(f"unknown nonlinearity {nonlinearity!r}: 'tanh' or 'relu'")
         self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
         self.batch_first, self.dropout, self.bidirectional = batch_first, dropout, bidirectional
         self.nonlinearity = nonlinearity
@@ -199,24 +222,33 @@ class _Recurrent(Module):
         return rnn_step(x_proj, state, w_hh, b_hh, self.nonlinearity)
 
     def forward(self, x, hx=None):
-        """x (B, T, In) if batch_first else (T, B, In), or a PackedSequence of them. Returns (output, h_n), h_n of
-        shape (layers*dirs, B, H) (each sequence's state at its own last step); output is packed when x was. For
-        LSTM, hx and the second result are (h, c) pairs."""
+        """x (B, T, In) if batch_first else (T, B, In), a PackedSequence of them, or one unbatched sequence (T, In).
+        Returns (output, h_n), h_n of shape (layers*dirs, B, H) (each sequence's state at its own last step), or
+        (layers*dirs, H) for an unbatched sequence, as hx is; output is packed when x was. For LSTM, hx and the
+        second result are (h, c) pairs."""
         packed = isinstance(x, PackedSequence)
         lengths = x.lengths if packed else None
         if packed:
             x = x.padded if x.batch_first == self.batch_first else x.padded.transpose(0, 1)
-        if x.ndim != 3 or x.shape[-1] != self.input_size:
-            raise ValueError(f"{type(self).__name__} expects a 3-D input with last dim {self.input_size}, "
-                             f"got shape {x.shape}")
-        if not self.batch_first:
+        batched = packed or x.ndim != 2
+        if x.ndim not in (2, 3) or x.shape[-1] != self.input_size:
+            raise ValueError(f"{type(self).__name__} expects a 3-D input (or an unbatched 2-D one) with last dim "
+                             f"{self.input_size}, got shape {x.shape}")
+        x = x if batched else x.unsqueeze(0)                                     # (1, T, In)
+        if batched and not self.batch_first:
             x = x.transpose(0, 1)
         directions = 2 if self.bidirectional else 1
-        zero = zeros(self.num_layers * directions, x.shape[0], self.hidden_size, dtype=x.dtype, device=x.device)
-        if self.kind == "LSTM":
-            h0, c0 = (zero, zero) if hx is None else hx
+        states = (self.num_layers * directions, x.shape[0], self.hidden_size)
+        names = LSTMCell.state_names if self.kind == "LSTM" else _Cell.state_names
+        if hx is None:
+            h0 = c0 = zeros(*states, dtype=x.dtype, device=x.device)
         else:
-            h0, c0 = (zero if hx is None else hx), None
+            hx = hx if isinstance(hx, tuple) else (hx,)
+            if len(hx) != len(names):
+                raise ValueError(f"{type(self).__name__} takes hx as {' and '.join(names)}, got {len(hx)} tensors")
+            expected = states if batched else (states[0], states[2])
+            hx = [_check_state(self, h, expected, name) for h, name in zip(hx, names)]
+            h0, c0 = [h if batched else h.unsqueeze(1) for h in hx] + [None] * (2 - len(hx))
         finals_h, finals_c = [], []
         for layer in range(self.num_layers):
             outs = []
@@ -231,11 +263,12 @@ class _Recurrent(Module):
             x = outs[0] if directions == 1 else ops.cat(outs, dim=-1)
             if self.dropout and layer < self.num_layers - 1:
                 x = F.dropout(x, self.dropout, self.training)
-        output = x if self.batch_first else x.transpose(0, 1)
+        output = x.squeeze(0) if not batched else x if self.batch_first else x.transpose(0, 1)
         if packed:
             output = PackedSequence(output, lengths, self.batch_first)
-        h_n = ops.stack(finals_h, dim=0)
-        return (output, (h_n, ops.stack(finals_c, dim=0))) if self.kind == "LSTM" else (output, h_n)
+        finals = [ops.stack(states, dim=0) for states in (finals_h, finals_c) if states]
+        finals = finals if batched else [f.squeeze(1) for f in finals]
+        return (output, tuple(finals)) if self.kind == "LSTM" else (output, finals[0])
 
     def extra_repr(self):
         return (f"{self.input_size}, {self.hidden_size}, num_layers={self.num_layers}, "

@@ -43,9 +43,10 @@ class Einsum(Function):
         sizes = {}
         for sub, x in zip(inputs, operands):
             for letter, n in zip(sub, x.shape):
-                if sizes.get(letter, 1) not in (1, n) and n != 1:
+                if sizes.get(letter, 1) == 1:
+                    sizes[letter] = n
+                elif n not in (1, sizes[letter]):
                     raise ValueError(f"letter {letter!r} stands for sizes {sizes[letter]} and {n}")
-                sizes[letter] = max(sizes.get(letter, 1), n)
         # size-1 dims broadcast, as in PyTorch; the engine sums their gradients back
         operands = [xp.broadcast_to(x, tuple(sizes[c] for c in sub)) for sub, x in zip(inputs, operands)]
         ctx.save_for_backward(*operands)

@@ -3,9 +3,9 @@ one-input math. Gradients may come back in broadcast shapes: the engine sums the
 import builtins
 
 from .. import backend
-from ..backend import check_device, device_of, get_default_dtype, is_array, to_device, xp_of
+from ..backend import check_device, device_of, get_default_dtype, is_array, silent_float_errors, to_device, xp_of
 from ..tensor import Function, Tensor, as_array
-from .promotion import result_dtype
+from .promotion import computes_in_float, float_only, no_bool, result_dtype
 
 
 # -- two inputs ---------------------------------------------------------------------------------------------------
@@ -53,6 +53,37 @@ class Div(Function):
         a, b = ctx.saved_tensors
         grad_a = grad / b
         return grad_a, (-grad_a * a / b if ctx.needs_input_grad[1] else None)
+
+
+class FloorDivide(Function):
+    """a // b, rounded towards -inf (Python's //, and PyTorch's). Its derivative is 0 wherever it exists, and
+    PyTorch defines none: a backward through it raises rather than pass on zeros that hide a mistake."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        with silent_float_errors(a):                   # x // 0.0 is +-inf or nan, as in PyTorch
+            return xp_of(a).floor_divide(a, b)
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise RuntimeError("the derivative of floor_divide (//) is not implemented, as in PyTorch (it is 0 wherever it "
+                           "exists): detach() its operands where no gradient should pass")
+
+
+class Remainder(Function):
+    """a % b with the sign of b (Python's %, torch.remainder): a - b * floor(a / b). d/da = 1, d/db = -floor(a / b)."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        with silent_float_errors(a):                   # x % 0.0 is nan, as in PyTorch
+            return xp_of(a).remainder(a, b)
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, b = ctx.saved_tensors
+        grad_b = -grad * xp_of(a).floor_divide(a, b) if ctx.needs_input_grad[1] else None
+        return grad, grad_b
 
 
 class Pow(Function):
@@ -222,6 +253,8 @@ class Clone(Function):
 
 
 class Abs(Function):
+    """|x|; its slope at the kink x = 0 is sign(0) = 0, PyTorch's choice (tests/test_kinks.py lists every kink's)."""
+
     @staticmethod
     def forward(ctx, x):
         ctx.save_for_backward(x)
@@ -267,7 +300,26 @@ class Sigmoid(Function):
         return grad * out * (1 - out)
 
 
+class LogSigmoid(Function):
+    """log s(x) = -log(1 + exp(-x)), as min(x, 0) - log(1 + exp(-|x|)) so that nothing overflows. Its derivative,
+    1 - s(x) = s(-x), is smooth everywhere: the min and the abs are inside forward only, so their kinks at 0 never
+    reach the gradient (built from abs and relu Functions, the chain rule would take their one-sided slopes there)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        xp = xp_of(x)
+        ctx.save_for_backward(x)
+        return xp.minimum(x, 0) - xp.log1p(xp.exp(-xp.abs(x)))
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * sigmoid_array(-x)
+
+
 class Relu(Function):
+    """max(x, 0); the gradient passes where x > 0 only, so its slope at 0 is 0, as in PyTorch."""
+
     @staticmethod
     def forward(ctx, x):
         out = xp_of(x).maximum(x, 0)
@@ -303,22 +355,31 @@ class ToDevice(Function):
 
 
 class Clamp(Function):
-    """x limited to [low, high] (either may be None); the gradient passes where x was inside the range."""
+    """x limited to [low, high] (either may be None; arrays of x's dtype, 0-d for a number). The result is
+    min(max(x, low), high): high wherever low > high. The gradient, as PyTorch's, goes to x where low <= x <= high
+    (at a bound, both ends included, x keeps it), to low where x < low < high, and to high where x > high or
+    high < low (where high is the result)."""
 
     @staticmethod
     def forward(ctx, x, low, high):
-        inside = xp_of(x).ones(x.shape, dtype=bool)
-        if low is not None:
-            inside &= x >= low
-        if high is not None:
-            inside &= x <= high
-        ctx.save_for_backward(inside)
-        return xp_of(x).clip(x, low, high).astype(x.dtype, copy=False)
+        xp = xp_of(x)
+        ctx.save_for_backward(x, low, high)
+        out = x if low is None else xp.maximum(x, low)
+        return out if high is None else xp.minimum(out, high)
 
     @staticmethod
     def backward(ctx, grad):
-        (inside,) = ctx.saved_tensors
-        return grad * inside, None, None
+        x, low, high = ctx.saved_tensors
+        needs = ctx.needs_input_grad
+        inside = True if low is None else x >= low
+        if high is not None:
+            inside = inside & (x <= high)
+        grad_low = grad_high = None
+        if needs[1]:
+            grad_low = grad * ((x < low) if high is None else (x < low) & (low < high))
+        if needs[2]:
+            grad_high = grad * ((x > high) if low is None else (x > high) | (high < low))
+        return grad * inside, grad_low, grad_high
 
 
 def cast(x, dtype, like):
@@ -359,6 +420,25 @@ def div(a, b):
     return binary(Div, a, b, dtype if dtype.kind == "f" else get_default_dtype())
 
 
+def _integer_division(caller, function, a, b):
+    """function on a and b promoted, refusing an integer division by zero (NumPy would give 0 with a warning)."""
+    dtype = result_dtype(a, b)
+    divisor = as_array(b)
+    if dtype.kind != "f" and not bool(xp_of(divisor).all(divisor != 0)):
+        raise RuntimeError(f"ZeroDivisionError: integer {caller} by zero (a divisor of {dtype} is 0)")
+    return binary(function, a, b, dtype)
+
+
+def floor_divide(a, b):
+    """a // b rounded towards -inf, in a and b's promoted dtype, as torch.floor_divide (no gradient)."""
+    return _integer_division("floor_divide", FloorDivide, a, b)
+
+
+def remainder(a, b):
+    """a % b with the sign of b, in a and b's promoted dtype, as torch.remainder."""
+    return _integer_division("remainder", Remainder, a, b)
+
+
 def pow(a, b):
     if isinstance(a, Tensor) and isinstance(b, (builtins.int, builtins.float)) and not isinstance(b, builtins.bool):
         return PowScalar.apply(cast(a, result_dtype(a, b), a), b)
@@ -374,40 +454,53 @@ def minimum(a, b):
 
 
 def clamp(x, min=None, max=None):
-    """x limited to [min, max], as torch.clamp (either bound may be None)."""
+    """x limited to [min, max], as torch.clamp: either bound may be None, a number or a tensor (which then gets its
+    gradient too); the result has the promoted dtype of x and the bounds (an integer tensor clamped by 0.5 is
+    float32, as in PyTorch)."""
     if min is None and max is None:
         raise ValueError("clamp needs at least one of min and max")
-    return Clamp.apply(x, min, max)
+    dtype = result_dtype(x, *(bound for bound in (min, max) if bound is not None))
+    low, high = (bound if bound is None or type(bound) in (builtins.int, builtins.float) else cast(bound, dtype, x)
+                 for bound in (min, max))                     # Python numbers never change an array's dtype
+    return Clamp.apply(cast(x, dtype, x), low, high)
 
 
+@no_bool
 def neg(x):
     return Neg.apply(x)
 
 
+@computes_in_float
 def exp(x):
     return Exp.apply(x)
 
 
+@computes_in_float
 def log(x):
     return Log.apply(x)
 
 
+@computes_in_float
 def sqrt(x):
     return Sqrt.apply(x)
 
 
+@no_bool
 def abs(x):
     return Abs.apply(x)
 
 
+@computes_in_float
 def sin(x):
     return Sin.apply(x)
 
 
+@computes_in_float
 def cos(x):
     return Cos.apply(x)
 
 
+@computes_in_float
 def rsqrt(x):
     return Rsqrt.apply(x)
 
@@ -449,14 +542,22 @@ def _bitwise(name):
 bitwise_and, bitwise_or, bitwise_xor, bitwise_not = (_bitwise(n) for n in ("and", "or", "xor", "not"))
 
 
+@computes_in_float
 def tanh(x):
     return Tanh.apply(x)
 
 
+@computes_in_float
 def sigmoid(x):
     return Sigmoid.apply(x)
 
 
+@float_only(NotImplementedError)
+def logsigmoid(x):
+    return LogSigmoid.apply(x)
+
+
+@no_bool
 def relu(x):
     return Relu.apply(x)
 

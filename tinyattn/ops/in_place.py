@@ -13,8 +13,8 @@ Each change counts one version of x's memory: backward through a Function that s
 from .. import backend
 from ..backend import generator, xp_of
 from ..tensor import Tensor, is_grad_enabled, no_grad
-from .elementwise import add, cast, clamp, div, mul, sub
-from .indexing import check_broadcasts_to, index_fill, index_put, masked_fill, scatter
+from .elementwise import add, cast, clamp, div, floor_divide, mul, remainder, sub
+from .indexing import check_broadcasts_to, index_fill, index_put, masked_fill, scatter, scatter_add
 from .shapes import expand
 
 
@@ -37,11 +37,9 @@ def change_in_place(x, compute, *others):
     write(x, new.array)
     if takes_grad:
         x._take_history(new._node)
-        x.requires_grad = new.requires_grad
         for base, index, before in bases:           # each tensor x is a slice of takes the change into its history
             new = index_put(before, index, new)
             base._take_history(new._node)
-            base.requires_grad = new.requires_grad
     return x
 
 
@@ -95,6 +93,14 @@ def div_(x, other):
     return change_in_place(x, div, other)
 
 
+def floor_divide_(x, other):
+    return change_in_place(x, floor_divide, other)
+
+
+def remainder_(x, other):
+    return change_in_place(x, remainder, other)
+
+
 def fill_(x, value):
     return change_in_place(x, lambda t: _constant(t, xp_of(t.array).full(t.shape, value, dtype=t.dtype)))
 
@@ -112,11 +118,15 @@ def clamp_(x, min=None, max=None):
 
 
 def masked_fill_(x, mask, value):
-    return change_in_place(x, lambda t: masked_fill(t, mask, value))
+    return change_in_place(x, lambda t, v: masked_fill(t, mask, v), value)
 
 
 def scatter_(x, dim, index, src=None, value=None):
     return change_in_place(x, lambda t, s: scatter(t, dim, index, s, value), src)
+
+
+def scatter_add_(x, dim, index, src):
+    return change_in_place(x, lambda t, s: scatter_add(t, dim, index, s), src)
 
 
 def index_fill_(x, dim, index, value):

@@ -2,7 +2,8 @@
 and keeping a triangle."""
 import builtins
 
-from ..backend import broadcast_shapes, scatter_add, xp_of
+from .. import backend
+from ..backend import broadcast_shapes, xp_of
 from ..tensor import Function, Tensor, as_array
 from .promotion import result_dtype
 
@@ -41,7 +42,7 @@ class GetItem(Function):
         parts = ctx.index if isinstance(ctx.index, tuple) else (ctx.index,)
         integer_arrays = any(hasattr(p, "dtype") and p.dtype.kind in "iu" for p in parts)
         if integer_arrays:
-            scatter_add(full, ctx.index, grad)  # repeated indices must add up
+            backend.scatter_add(full, ctx.index, grad)  # repeated indices must add up
         else:
             full[ctx.index] = grad
         return full, None
@@ -86,7 +87,7 @@ class Gather(Function):
     def backward(ctx, grad):
         (index,) = ctx.saved_tensors
         grad_x = xp_of(grad).zeros(ctx.shape, dtype=grad.dtype)
-        scatter_add(grad_x, _along(index, ctx.dim), grad)
+        backend.scatter_add(grad_x, _along(index, ctx.dim), grad)
         return grad_x, None, None
 
 
@@ -109,6 +110,24 @@ class Scatter(Function):
         grad_x = grad.copy()
         grad_x[places] = 0
         return grad_x, None, grad[places], None
+
+
+class ScatterAdd(Function):
+    """out = x, then out[..., index[..., i, ...], ...] += src[..., i, ...] along dim (torch.scatter_add), repeated
+    indices adding up; x's gradient passes unchanged, src gets the gradient of the places it went to."""
+
+    @staticmethod
+    def forward(ctx, x, index, src, dim):
+        ctx.dim = dim
+        ctx.save_for_backward(index)
+        out = x.copy()
+        backend.scatter_add(out, _along(index, dim), src[tuple(slice(0, n) for n in index.shape)])
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        (index,) = ctx.saved_tensors
+        return grad, None, grad[_along(index, ctx.dim)], None
 
 
 class Where(Function):
@@ -146,7 +165,7 @@ class IndexAdd(Function):
     def forward(ctx, x, index, source):
         ctx.save_for_backward(index)
         out = x.copy()
-        scatter_add(out, index, source)
+        backend.scatter_add(out, index, source)
         return out
 
     @staticmethod
@@ -169,30 +188,70 @@ def index_put(x, index, values):
     return IndexPut.apply(x, cast(values, x.dtype, x), _raw_index(index, xp_of(x.array)))
 
 
-def gather(x, dim, index):
+def _along_dim_index(caller, x, dim, index, src=None):
+    """(dim as an axis, index as an array) for gather, scatter and scatter_add, checked as PyTorch checks them: an
+    integer index with x's number of dims, no larger than x (and src) in the other dims, every entry in range."""
     from .dims import dim_index
-    index = _integer_index(index, "gather")
+    index = _integer_index(index, caller)
     dim = dim_index(dim, x.ndim)
-    if index.ndim != x.ndim:
-        raise RuntimeError(f"gather: index of shape {index.shape} needs as many dims as the input {x.shape}")
+    if index.ndim != x.ndim or any(n > size for i, (n, size) in enumerate(zip(index.shape, x.shape)) if i != dim) \
+            or (src is not None and src.ndim and any(n > size for n, size in zip(index.shape, src.shape))):
+        raise RuntimeError(f"{caller}: index of shape {index.shape} needs the {x.ndim} dims of the input {x.shape} and "
+                           "no larger size than it in the dims other than dim"
+                           + ("" if src is None else f", nor than src {tuple(src.shape)} in any"))
+    _check_in_range(caller, index, x.shape[dim], dim, RuntimeError)
+    return dim, index
+
+
+def _check_in_range(caller, index, size, dim, error):
+    """error (PyTorch's type for caller) naming the first index outside 0..size - 1: a negative one would count from
+    the end in NumPy, silently."""
+    if index.size:
+        low, high = int(index.min()), int(index.max())
+        if low < 0 or high >= size:
+            raise error(f"{caller}: index {low if low < 0 else high} is out of bounds for dimension {dim} with size "
+                        f"{size}")
+
+
+def gather(x, dim, index):
+    dim, index = _along_dim_index("gather", x, dim, index)
     return Gather.apply(x, index, dim)
 
 
 def scatter(x, dim, index, src=None, value=None):
     """x with src's values (or value) written at index along dim, out of place (torch.scatter)."""
-    from .dims import dim_index
     from .elementwise import cast
-    index = _integer_index(index, "scatter")
-    dim = dim_index(dim, x.ndim)
     if (src is None) == (value is None):
         raise TypeError("scatter takes either src or value")
+    dim, index = _along_dim_index("scatter", x, dim, index, src if isinstance(src, Tensor) else None)
     return Scatter.apply(x, index, cast(src if src is not None else value, x.dtype, x), dim)
+
+
+def scatter_add(x, dim, index, src):
+    """x with src's values added at index along dim, repeated indices adding up, out of place (torch.scatter_add)."""
+    from .elementwise import cast
+    dim, index = _along_dim_index("scatter_add", x, dim, index, src)
+    return ScatterAdd.apply(x, index, cast(src, x.dtype, x), dim)
+
+
+def index_select(x, dim, index):
+    """The slices of x at index (1-D, or a single index) along dim, as torch.index_select; repeated indices add
+    their gradients up."""
+    from .dims import dim_index
+    index = _integer_index(index, "index_select")
+    if index.ndim > 1 or x.ndim == 0:
+        raise IndexError(f"index_select takes a tensor with dims and a 1-D index (or a single one), got shapes "
+                         f"{x.shape} and {index.shape}")
+    dim = dim_index(dim, x.ndim)
+    _check_in_range("index_select", index, x.shape[dim], dim, IndexError)
+    return GetItem.apply(x, (slice(None),) * dim + (index.reshape(-1),))
 
 
 def _integer_index(index, caller):
     index = as_array(index)
-    if index.dtype.kind not in "iu":
-        raise RuntimeError(f"{caller}: index must be an integer tensor, got dtype {index.dtype}")
+    if not hasattr(index, "dtype") or index.dtype.kind not in "iu":
+        raise RuntimeError(f"{caller}: index must be an integer tensor, got "
+                           f"{getattr(index, 'dtype', type(index).__name__)}")
     return index
 
 
@@ -229,6 +288,8 @@ def where(condition, input=None, other=None):
 
 
 def masked_fill(x, mask, value):
+    """x with value where mask is True (value a number, or a 0-d tensor that then gets the gradient of the places it
+    filled, as in PyTorch); the result keeps x's dtype."""
     mask = as_array(mask)
     if mask.dtype != bool:
         raise TypeError(f"masked_fill needs a boolean mask, got dtype {mask.dtype}")
@@ -237,6 +298,11 @@ def masked_fill(x, mask, value):
     except ValueError:
         raise RuntimeError(f"masked_fill: a mask of shape {mask.shape} and a tensor of shape {x.shape} do not "
                            "broadcast together") from None
+    if isinstance(value, Tensor):
+        if value.ndim:
+            raise RuntimeError(f"masked_fill takes a number or a 0-d tensor as its value, got shape {value.shape}")
+        from .elementwise import cast
+        return Where.apply(mask, cast(value, x.dtype, x), x)
     return MaskedFill.apply(x, mask, builtins.float(as_array(value)))
 
 
@@ -244,11 +310,16 @@ def index_add(x, dim, index, source):
     """x with source's rows added at index along dim 0 (the only dim supported), differentiable in x and source."""
     if dim != 0:
         raise ValueError("index_add supports dim=0")
-    return IndexAdd.apply(x, as_array(index), source)
+    index = _integer_index(index, "index_add")
+    _check_in_range("index_add", index, x.shape[0], 0, IndexError)
+    return IndexAdd.apply(x, index, source)
 
 
 def _triangle(x, keep):
     """x with zeros outside the triangle that keep marks in its last two dims."""
+    if x.ndim < 2:
+        raise RuntimeError(f"tril and triu need a tensor of at least 2 dims (a matrix or a batch of them), got shape "
+                           f"{x.shape}")
     return MaskedFill.apply(x, ~keep(xp_of(x.array).ones(x.shape[-2:], dtype=bool)), 0.0)
 
 

@@ -7,11 +7,13 @@ from ..tensor import Tensor, as_array
 from . import in_place
 from .. import creation
 from .elementwise import (abs, add, bitwise_and, bitwise_not, bitwise_or, bitwise_xor, clamp, clone, cos, div, exp,
-                          isfinite, isinf, isnan, log, maximum, minimum, mul, neg, pow, relu, rsqrt, sigmoid, sin,
-                          sqrt, sub, tanh, to)
-from .indexing import gather, getitem, index_add, index_fill, masked_fill, nonzero, scatter, tril, triu
+                          floor_divide, isfinite, isinf, isnan, log, maximum, minimum, mul, neg, pow, relu, remainder,
+                          rsqrt, sigmoid, sin, sqrt, sub, tanh, to)
+from .indexing import (gather, getitem, index_add, index_fill, index_select, masked_fill, nonzero, scatter, scatter_add,
+                       tril, triu)
 from .matmul import bmm, matmul
-from .reductions import all, any, argmax, argmin, cumsum, max, mean, min, norm, std, sum, var
+from .reductions import (all, amax, amin, any, argmax, argmin, cumsum, logsumexp, max, mean, min, norm, prod, std, sum,
+                         var)
 from .shapes import (chunk, contiguous, expand, flatten, flip, permute, repeat, repeat_interleave, reshape, roll,
                      split, squeeze, t, transpose, unbind, unsqueeze)
 from .sorting import argsort, sort, topk
@@ -51,6 +53,11 @@ def install():
         "__add__": add, "__radd__": _reflected(add), "__sub__": sub, "__rsub__": _reflected(sub),
         "__mul__": mul, "__rmul__": _reflected(mul), "__truediv__": div, "__rtruediv__": _reflected(div),
         "__pow__": pow, "__rpow__": _reflected(pow), "__matmul__": matmul, "__rmatmul__": _reflected(matmul),
+        "__floordiv__": floor_divide, "__rfloordiv__": _reflected(floor_divide), "__mod__": remainder,
+        "__rmod__": _reflected(remainder), "floor_divide": floor_divide, "remainder": remainder,
+        "__ifloordiv__": _in_place_operator(in_place.floor_divide_),
+        "__imod__": _in_place_operator(in_place.remainder_),
+        "floor_divide_": in_place.floor_divide_, "remainder_": in_place.remainder_,
         "__neg__": neg, "__getitem__": getitem, "__setitem__": in_place.setitem,
         "__iadd__": _in_place_operator(in_place.add_), "__isub__": _in_place_operator(in_place.sub_),
         "__imul__": _in_place_operator(in_place.mul_), "__itruediv__": _in_place_operator(in_place.div_),
@@ -72,14 +79,16 @@ def install():
         "__and__": bitwise_and, "__or__": bitwise_or, "__xor__": bitwise_xor, "__invert__": bitwise_not,
         "__rand__": bitwise_and, "__ror__": bitwise_or, "__rxor__": bitwise_xor,
         "minimum": minimum, "sin": sin, "cos": cos, "rsqrt": rsqrt, "clone": clone, "std": std, "norm": norm,
-        "cumsum": cumsum, "any": any, "all": all, "isnan": isnan, "isinf": isinf, "isfinite": isfinite,
+        "cumsum": cumsum, "any": any, "all": all, "amax": amax, "amin": amin, "prod": prod, "logsumexp": logsumexp,
+        "isnan": isnan, "isinf": isinf, "isfinite": isfinite,
         "sort": sort, "argsort": argsort, "topk": topk, "gather": gather, "scatter": scatter, "nonzero": nonzero,
         "index_fill": index_fill, "flip": flip, "repeat": repeat, "unbind": unbind, "t": t, "bmm": bmm,
         "expand_as": lambda self, other: expand(self, other.shape),
         "view_as": lambda self, other: reshape(self, other.shape),
         "reshape_as": lambda self, other: reshape(self, other.shape),
         "type_as": lambda self, other: to(self, other.dtype), "type": _type,
-        "scatter_": in_place.scatter_, "index_fill_": in_place.index_fill_,
+        "scatter_": in_place.scatter_, "index_fill_": in_place.index_fill_, "index_select": index_select,
+        "scatter_add": scatter_add, "scatter_add_": in_place.scatter_add_,
         "new_zeros": _new(lambda s, *size, **kw: creation.zeros(*size, **kw)),
         "new_ones": _new(lambda s, *size, **kw: creation.ones(*size, **kw)),
         "new_empty": _new(lambda s, *size, **kw: creation.empty(*size, **kw)),

@@ -6,7 +6,9 @@ import math
 from ..backend import xp_of
 from ..creation import shape_from_args
 from .dims import dim_index, dim_indices
+from .elementwise import cast
 from .indexing import GetItem
+from .promotion import result_dtype
 from ..tensor import Function
 
 
@@ -80,13 +82,13 @@ class Stack(Function):
 class RepeatInterleave(Function):
     @staticmethod
     def forward(ctx, x, repeats, dim):
-        ctx.dim, ctx.repeats = dim, repeats
+        ctx.dim, ctx.repeats, ctx.size = dim, repeats, x.shape[dim]
         return xp_of(x).repeat(x, repeats, axis=ctx.dim)
 
     @staticmethod
     def backward(ctx, grad):
-        d = ctx.dim
-        split = grad.shape[:d] + (grad.shape[d] // ctx.repeats, ctx.repeats) + grad.shape[d + 1:]
+        d = ctx.dim         # sizes from forward, not from grad: with 0 repeats or a 0-size dim, grad has no elements
+        split = grad.shape[:d] + (ctx.size, ctx.repeats) + grad.shape[d + 1:]
         return grad.reshape(split).sum(axis=d + 1), None, None
 
 
@@ -109,13 +111,12 @@ class Repeat(Function):
     @staticmethod
     def forward(ctx, x, repeats):
         x = x.reshape((1,) * (len(repeats) - x.ndim) + x.shape)
-        ctx.shape = x.shape
+        ctx.shape, ctx.repeats = x.shape, repeats
         return xp_of(x).tile(x, repeats)
 
     @staticmethod
     def backward(ctx, grad):
-        copies = tuple(g // s for g, s in zip(grad.shape, ctx.shape))
-        blocks = grad.reshape(tuple(n for pair in zip(copies, ctx.shape) for n in pair))   # (r0, s0, r1, s1, ...)
+        blocks = grad.reshape(tuple(n for pair in zip(ctx.repeats, ctx.shape) for n in pair))  # (r0, s0, r1, s1, ...)
         return blocks.sum(axis=tuple(range(0, blocks.ndim, 2))), None
 
 
@@ -191,6 +192,9 @@ def flatten(x, start_dim=0, end_dim=-1):
 def expand(x, *shape):
     shape = shape_from_args(shape)
     lead = len(shape) - x.ndim
+    if any(s < 0 for s in shape[:builtins.max(lead, 0)]) or any(s < -1 for s in shape):
+        raise RuntimeError(f"cannot expand shape {x.shape} to {shape}: -1 (keep a size) is only for existing dims, "
+                           "and sizes cannot be negative")
     if lead < 0 or any(s not in (-1, x.shape[i - lead]) and x.shape[i - lead] != 1
                        for i, s in enumerate(shape) if i >= lead):
         raise RuntimeError(f"cannot expand shape {x.shape} to {shape}: only dims of size 1 grow")
@@ -202,10 +206,19 @@ def contiguous(x):
     return Contiguous.apply(x)
 
 
+def _one_dtype(tensors):
+    """The tensors cast to their promoted dtype (int64 with float32 is float32, as in PyTorch's cat and stack)."""
+    if len({t.dtype for t in tensors}) == 1:
+        return tensors
+    dtype = result_dtype(*tensors)
+    return [cast(t, dtype, t) for t in tensors]
+
+
 def cat(tensors, dim=0):
     tensors = list(tensors)
     if not tensors:
         raise ValueError("cat needs at least one tensor")
+    tensors = _one_dtype(tensors)
     shapes = [t.shape for t in tensors]
     d = dim_index(dim, tensors[0].ndim)
     if any(len(s) != len(shapes[0]) or s[:d] + s[d + 1:] != shapes[0][:d] + shapes[0][d + 1:] for s in shapes):
@@ -220,12 +233,15 @@ def stack(tensors, dim=0):
     shapes = {t.shape for t in tensors}
     if len(shapes) != 1:
         raise RuntimeError(f"stack needs tensors of one shape, got {sorted(shapes)}")
+    tensors = _one_dtype(tensors)
     return Stack.apply(*tensors, dim=dim_index(dim, tensors[0].ndim + 1))
 
 
 def repeat_interleave(x, repeats, dim=None):
     if not isinstance(repeats, builtins.int):
         raise TypeError("repeat_interleave supports an int number of repeats")
+    if repeats < 0:
+        raise RuntimeError(f"repeat_interleave: repeats must be non-negative, got {repeats}")
     if dim is None:
         x, dim = flatten(x), 0
     return RepeatInterleave.apply(x, repeats, dim_index(dim, x.ndim))
@@ -239,9 +255,11 @@ def split(x, split_size_or_sections, dim=0):
         step = split_size_or_sections
         if step <= 0:
             raise RuntimeError(f"split needs a positive split_size, got {step}")
-        sizes = [builtins.min(step, size - start) for start in range(0, size, step)]
+        sizes = [builtins.min(step, size - start) for start in range(0, size, step)] or [0]   # a 0-size dim: one
     else:
         sizes = list(split_size_or_sections)
+        if builtins.any(s < 0 for s in sizes):
+            raise RuntimeError(f"split sizes must be non-negative, got {sizes}")
         if builtins.sum(sizes) != size:
             raise RuntimeError(f"split sizes {sizes} do not add up to dim {dim}'s size {size} (shape {x.shape})")
     pieces, start = [], 0
@@ -253,9 +271,12 @@ def split(x, split_size_or_sections, dim=0):
 
 
 def chunk(x, chunks, dim=0):
+    """At most chunks pieces of equal size along dim (the last may be smaller); a 0-size dim gives chunks empty
+    pieces, as in PyTorch."""
     if not isinstance(chunks, builtins.int) or chunks <= 0:
         raise RuntimeError(f"chunk expects `chunks` to be a positive int, got {chunks!r}")
-    return split(x, builtins.max(1, -(-x.shape[dim_index(dim, x.ndim)] // chunks)), dim)
+    size = x.shape[dim_index(dim, x.ndim)]
+    return split(x, -(-size // chunks) if size else [0] * chunks, dim)
 
 
 def flip(x, dims):
@@ -267,6 +288,8 @@ def repeat(x, *repeats):
     repeats = shape_from_args(repeats)
     if len(repeats) < x.ndim:
         raise RuntimeError(f"repeat needs at least as many repeats as the tensor has dims ({x.ndim}), got {repeats}")
+    if builtins.any(r < 0 for r in repeats):
+        raise RuntimeError(f"repeat: the number of copies cannot be negative, got {repeats}")
     return Repeat.apply(x, repeats)
 
 

@@ -7,7 +7,7 @@ param_groups (a list of dicts), so a schedule or a per-group weight decay works 
 from . import lr_scheduler
 from .adam import Adam, AdamW
 from .clip import clip_grad_norm_, clip_grad_value_
-from .lr_scheduler import (CosineAnnealingLR, LambdaLR, LinearLR, LRScheduler, MultiStepLR, OneCycleLR, SequentialLR,
-                           StepLR, warmup_cosine)
+from .lr_scheduler import (CosineAnnealingLR, LambdaLR, LinearLR, LRScheduler, MultiStepLR, OneCycleLR,
+                           ReduceLROnPlateau, SequentialLR, StepLR, warmup_cosine)
 from .optimizer import Optimizer
 from .sgd import SGD

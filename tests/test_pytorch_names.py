@@ -1,0 +1,217 @@
+"""What people porting PyTorch code meet (issue 31): //, %, amax/amin, prod, logsumexp, and einops' max and prod
+reductions done as PyTorch's backend does them; each with PyTorch's values, dtypes and gradients, written down."""
+import math
+
+import numpy as np
+import pytest
+
+import tinyattn as ta
+
+from conftest import host, randn
+
+
+# -- // and % -----------------------------------------------------------------------------------------------------
+def test_floor_division_and_remainder_round_as_python_and_pytorch():
+    assert host(ta.tensor([-7, 7]) // 2).tolist() == [-4, 3]                  # towards -inf, not towards 0
+    assert host(ta.tensor([-7.0, 7.0]) // 2).tolist() == [-4, 3]
+    assert host(ta.tensor([-7, 7]) % 3).tolist() == [2, 1]                    # the sign of the divisor
+    assert host(ta.tensor([-7.0, 7.5]) % 3).tolist() == [2, 1.5]
+    assert host(7 // ta.tensor([2, -2])).tolist() == [3, -4]
+    assert host(7 % ta.tensor([3, -3])).tolist() == [1, -2]
+    assert host(ta.floor_divide(ta.tensor([5.5]), ta.tensor([2]))).tolist() == [2]
+    assert host(ta.remainder(ta.tensor([7, -7]), 2.5)).tolist() == [2, 0.5]
+
+
+def test_floor_division_and_remainder_promote_as_pytorch():
+    assert (ta.tensor([7]) // 2).dtype == np.int64 and (ta.tensor([7]) // 2.5).dtype == np.float32
+    assert (ta.tensor([7], dtype="int32") // ta.tensor(2)).dtype == np.int32    # a 0-d tensor does not widen
+    assert (ta.tensor([True]) // 2).dtype == np.int64
+    assert (ta.ones(2, dtype="float16") % 2).dtype == np.float16
+
+
+def test_integer_division_by_zero_is_an_error_and_float_division_gives_inf_and_nan():
+    for divide in (lambda: ta.tensor([1, 2]) // 0, lambda: ta.tensor([1, 2]) % ta.tensor([1, 0])):
+        with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+            divide()
+    np.testing.assert_array_equal(host(ta.tensor([1.0, -1.0, 0.0]) // 0), [math.inf, -math.inf, math.nan])
+    assert np.isnan(host(ta.tensor([1.0, 0.0]) % 0)).all()
+
+
+def test_remainder_has_pytorchs_gradient_and_floor_division_none():
+    assert ta.gradcheck(lambda a, b: a % b, (ta.tensor([1.5, -2.5, 7.25], dtype="float64", requires_grad=True),
+                                             ta.tensor([1.0, 2.0, -3.0], dtype="float64", requires_grad=True)))
+    x = ta.tensor([1.5, -2.5], requires_grad=True)
+    y = ta.tensor([1.0, 2.0], requires_grad=True)
+    (x % y).sum().backward()
+    assert host(x.grad).tolist() == [1, 1] and host(y.grad).tolist() == [-1, 2]          # -floor(x / y)
+    with pytest.raises(RuntimeError, match="derivative of floor_divide"):
+        (x // 1).sum().backward()
+
+
+def test_in_place_floor_division_and_remainder():
+    z = ta.tensor([7, 8])
+    z //= 2
+    assert host(z).tolist() == [3, 4]
+    z %= 3
+    assert host(z).tolist() == [0, 1]
+
+
+# -- amax, amin, prod, logsumexp ----------------------------------------------------------------------------------
+def test_amax_and_amin_reduce_several_dims_and_split_ties():
+    x = ta.tensor([[1.0, 3.0], [3.0, 0.0]], requires_grad=True)
+    out = ta.amax(x, (0, 1))
+    out.backward()
+    assert out.item() == 3 and host(x.grad).tolist() == [[0, 0.5], [0.5, 0]]
+    assert host(x.amin(1)).tolist() == [1, 0] and x.amax(1, keepdim=True).shape == (2, 1)
+    assert x.amax().item() == 3                                                    # dim=(): every dim
+    assert ta.gradcheck(lambda x: x.amax(1), (randn(3, 4),))
+    with pytest.raises(RuntimeError, match="reduction dim 0 to have non-zero size"):
+        ta.zeros(0, 3).amax(0)
+
+
+def test_prod_and_its_gradient_with_zeros():
+    x = ta.tensor([[0.0, 2.0, 3.0], [0.0, 0.0, 3.0], [1.0, 2.0, 3.0]], dtype="float64", requires_grad=True)
+    out = x.prod(1)
+    out.sum().backward()
+    assert host(out).tolist() == [0, 0, 6]
+    assert host(x.grad).tolist() == [[6, 0, 0], [0, 0, 0], [6, 3, 2]]             # the product of the others
+    assert ta.gradcheck(lambda x: x.prod(0, keepdim=True), (randn(3, 4),))
+    assert ta.gradcheck(lambda x: x.prod(), (randn(2, 3),))
+    assert ta.tensor([True, True]).prod().dtype == np.int64
+    assert ta.tensor([2, 3], dtype="int32").prod().item() == 6 and ta.zeros(0, 3).prod(0).tolist() == [1, 1, 1]
+
+
+def test_logsumexp_is_stable_and_its_gradient_is_the_softmax():
+    assert ta.tensor([1000.0, 1000.0]).logsumexp(0).item() == pytest.approx(1000 + math.log(2))
+    x = randn(3, 4, 2)
+    out = x.logsumexp((0, 2))
+    np.testing.assert_allclose(host(out), np.log(np.exp(host(x)).sum(axis=(0, 2))), rtol=1e-12)
+    assert ta.gradcheck(lambda x: x.logsumexp((0, 2)), (x,))
+    assert ta.tensor([1, 2]).logsumexp(0).dtype == np.float32                    # integers: the default float dtype
+
+
+def test_logsumexp_of_a_slice_of_minus_infinity_is_minus_infinity_with_a_zero_gradient():
+    x = ta.tensor([[-math.inf, -math.inf], [0.0, 0.0]], requires_grad=True)
+    out = x.logsumexp(1)
+    out.sum().backward()
+    assert host(out).tolist() == [-math.inf, pytest.approx(math.log(2))]
+    assert host(x.grad).tolist() == [[0, 0], [0.5, 0.5]]                 # PyTorch: nan; here as a masked softmax row
+
+
+# -- einops -------------------------------------------------------------------------------------------------------
+def test_einops_max_splits_the_gradient_among_ties_as_pytorchs_amax():
+    einops = pytest.importorskip("einops")
+    t = ta.tensor([[1.0, 1.0], [0.0, 2.0]], requires_grad=True)
+    einops.reduce(t, "a b -> a", "max").sum().backward()
+    assert host(t.grad).tolist() == [[0.5, 0.5], [0, 1]]                 # was [[1, 0], [0, 1]]
+    assert ta.gradcheck(lambda x: einops.reduce(x, "a b c -> b", "min"), (randn(2, 3, 4),))
+
+
+def test_einops_prod_multiplies_negative_values_too():
+    einops = pytest.importorskip("einops")
+    x = -ta.arange(1.0, 7.0).reshape(2, 3)
+    assert host(einops.reduce(x, "a b -> a", "prod")).tolist() == [-6, -120]
+    assert ta.gradcheck(lambda x: einops.reduce(x, "a b c -> a", "prod"), (randn(2, 3, 2),))
+
+
+# -- cross_entropy with class probabilities -----------------------------------------------------------------------
+def test_cross_entropy_with_one_hot_probabilities_equals_class_indices():
+    import tinyattn.functional as F
+    logits = randn(4, 5)
+    classes = ta.tensor([0, 3, 4, 1])
+    one_hot = F.one_hot(classes, 5).double()
+    for reduction in ("mean", "sum", "none"):
+        for smoothing in (0.0, 0.2):
+            np.testing.assert_allclose(
+                host(F.cross_entropy(logits, one_hot, reduction=reduction, label_smoothing=smoothing)),
+                host(F.cross_entropy(logits, classes, reduction=reduction, label_smoothing=smoothing)), rtol=1e-12)
+
+
+def test_cross_entropy_with_probabilities_is_minus_sum_t_log_p_averaged_over_rows():
+    import tinyattn.functional as F
+    logits, target = randn(2, 3, 4), ta.tensor(np.random.default_rng(1).random((2, 3, 4)), requires_grad=True)
+    log_p = host(logits) - np.log(np.exp(host(logits)).sum(axis=1, keepdims=True))
+    per_row = -(host(target) * log_p).sum(axis=1)                              # (N, d1): unnormalised targets too
+    np.testing.assert_allclose(host(F.cross_entropy(logits, target, reduction="none")), per_row, rtol=1e-12)
+    assert F.cross_entropy(logits, target).item() == pytest.approx(per_row.mean(), rel=1e-12)   # / rows, as PyTorch
+    assert ta.gradcheck(lambda x, t: F.cross_entropy(x, t, label_smoothing=0.1), (logits, target))
+    assert F.cross_entropy(randn(5), ta.tensor(np.full(5, 0.2))).shape == ()     # unbatched (C,)
+
+
+def test_cross_entropy_refuses_probabilities_of_another_shape_or_dtype():
+    import tinyattn.functional as F
+    with pytest.raises(ValueError, match=r"class probabilities \(2, 4\) must have the input's shape \(2, 3\)"):
+        F.cross_entropy(randn(2, 3), ta.zeros(2, 4, dtype="float64"))
+    with pytest.raises(RuntimeError, match="needs one dtype: input float64, target float32"):
+        F.cross_entropy(randn(2, 3), ta.zeros(2, 3))
+    with pytest.raises(TypeError, match="integer class indices or floating class probabilities"):
+        F.cross_entropy(randn(2, 3), ta.tensor([True, False]))
+
+
+# -- ReduceLROnPlateau and amsgrad --------------------------------------------------------------------------------
+PLATEAU_METRICS = [1.0, 0.9, 0.95, 0.95, 0.95, 0.95, 0.89, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9]
+PLATEAUS = {   # PyTorch 2.13's learning rates after each step(metric) for the metrics above, written down
+    "patience 2": (dict(patience=2), [0.1] * 4 + [0.01] * 5 + [0.001] * 3 + [1e-4] * 3 + [1e-5]),
+    "cooldown 2, factor 0.5": (dict(patience=1, cooldown=2, factor=0.5),
+                               [0.1] * 3 + [0.05] * 5 + [0.025] * 4 + [0.0125] * 4),
+    "max, absolute threshold": (dict(mode="max", patience=1, threshold_mode="abs", threshold=0.01),
+                                [0.1, 0.1] + [10.0 ** -k for k in range(2, 9) for _ in range(2)]),
+    "min_lr": (dict(patience=0, min_lr=0.03), [0.1, 0.1] + [0.03] * 14),
+}
+
+
+@pytest.mark.parametrize("name", PLATEAUS)
+def test_reduce_lr_on_plateau_follows_pytorch(name):
+    options, expected = PLATEAUS[name]
+    optimizer = ta.optim.SGD([ta.nn.Parameter(ta.zeros(2))], lr=0.1)
+    scheduler = ta.optim.lr_scheduler.ReduceLROnPlateau(optimizer, **options)
+    seen = []
+    for metric in PLATEAU_METRICS:
+        optimizer.step()
+        scheduler.step(ta.tensor(metric))                            # a loss tensor, as training code passes it
+        seen.append(optimizer.param_groups[0]["lr"])
+    np.testing.assert_allclose(seen, expected, rtol=1e-9)
+
+
+def test_reduce_lr_on_plateau_resumes_from_its_state_dict_and_checks_its_arguments():
+    make = lambda o: ta.optim.lr_scheduler.ReduceLROnPlateau(o, patience=1)      # noqa: E731
+    optimizer = ta.optim.SGD([ta.nn.Parameter(ta.zeros(2))], lr=0.1)
+    scheduler = make(optimizer)
+    for metric in (1.0, 0.5, 0.6):
+        scheduler.step(metric)
+    resumed = make(ta.optim.SGD([ta.nn.Parameter(ta.zeros(2))], lr=0.1))
+    resumed.load_state_dict(scheduler.state_dict())
+    assert resumed.best == 0.5 and resumed.num_bad_epochs == 1
+    for bad, error in ((dict(factor=1.0), "factor should be < 1.0"), (dict(mode="up"), "mode must be"),
+                       (dict(min_lr=[0.0, 0.0]), "expected 1 min_lrs")):
+        with pytest.raises(ValueError, match=error):
+            ta.optim.lr_scheduler.ReduceLROnPlateau(optimizer, **bad)
+
+
+@pytest.mark.parametrize("decoupled", [False, True])
+def test_amsgrad_divides_by_the_largest_second_moment_so_far(decoupled):
+    lr, (beta1, beta2), eps, wd = 0.1, (0.9, 0.5), 1e-8, 0.1       # a short memory: v falls behind its max
+    w0 = np.array([0.5, -1.0, 2.0])
+    grads = [np.array([1.0, -2.0, 0.5]) * scale for scale in (-1.5, 4.0, -0.9, 0.2, -0.3)]
+    w = ta.nn.Parameter(ta.tensor(w0))
+    optimizer = (ta.optim.AdamW if decoupled else ta.optim.Adam)([w], lr, (beta1, beta2), weight_decay=wd,
+                                                                 amsgrad=True)
+    p, m, v, v_max = w0.copy(), 0.0, 0.0, 0.0                  # AMSGrad by hand, as PyTorch writes it
+    for t, g in enumerate(grads, start=1):
+        w.grad = ta.tensor(g)
+        optimizer.step()
+        if decoupled:
+            p = p * (1 - lr * wd)
+        else:
+            g = g + wd * p
+        m, v = beta1 * m + (1 - beta1) * g, beta2 * v + (1 - beta2) * g * g
+        v_max = np.maximum(v_max, v)
+        p = p - lr / (1 - beta1 ** t) * m / (np.sqrt(v_max) / np.sqrt(1 - beta2 ** t) + eps)
+    np.testing.assert_allclose(host(w), p, rtol=1e-12)
+    assert optimizer.param_groups[0]["amsgrad"] and "max_exp_avg_sq" in optimizer.state[w]
+    plain = ta.nn.Parameter(ta.tensor(w0))
+    other = (ta.optim.AdamW if decoupled else ta.optim.Adam)([plain], lr, (beta1, beta2), weight_decay=wd)
+    for g in grads:
+        plain.grad = ta.tensor(g)
+        other.step()
+    assert not np.allclose(host(plain), p)                     # amsgrad changed the path
