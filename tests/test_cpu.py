@@ -203,6 +203,76 @@ def test_blas_keeps_its_thread_count_outside_tinyattn_calls(thread_count):
     assert seen_inside and set(seen_inside) == {1}
 
 
+@cpu_only
+def test_blas_is_held_from_any_thread_and_for_the_whole_process():
+    """The rule: a fast Function holds BLAS to one thread whichever Python thread runs it (threadpoolctl would set
+    it only from the first thread that set it, here the main one), and the count is the process's: while it runs,
+    another thread's NumPy sees one BLAS thread too; afterwards, the count it had."""
+    from threadpoolctl import threadpool_limits
+    inside, main_may_look, finish = [], threading.Event(), threading.Event()
+
+    @ta.cpu.tuned
+    class Probe(ta.Function):
+        @staticmethod
+        def forward(ctx, x):
+            inside.extend(_blas_threads())
+            main_may_look.set()
+            finish.wait(10)
+            return x
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad
+
+    with threadpool_limits(2, user_api="blas"):                  # the main thread controls BLAS for threadpoolctl
+        worker = threading.Thread(target=Probe.apply, args=(ta.randn(3),))
+        worker.start()
+        assert main_may_look.wait(10)
+        seen_by_main = _blas_threads()
+        finish.set()
+        worker.join()
+        assert _blas_threads() == [2] * len(seen_by_main)
+    assert inside and set(inside) == {1} and set(seen_by_main) == {1}
+
+
+@cpu_only
+def test_models_trained_in_threads_at_once_equal_their_runs_one_after_another():
+    """Every product in a GPT's step runs in a fast Function on one BLAS thread, so four models trained at once in
+    four threads end bit for bit where the same four end trained one after another (with BLAS free to use two
+    threads, OpenBLAS's AVX2 kernel rounded the first Linear's product otherwise: up to 2.7e-3 apart after three
+    steps)."""
+    from threadpoolctl import threadpool_limits
+    from tinyattn.models import GPT, GPTConfig
+
+    def model_and_step(seed):                   # made one after another: the random numbers are the process's
+        ta.manual_seed(seed)
+        model = GPT(GPTConfig(vocab_size=64, block_size=32, n_layer=2, num_heads=4, d_model=64))
+        ids = ta.randint(0, 64, (4, 33))                          # products large enough for BLAS to use threads
+        optimizer = ta.optim.AdamW(model.parameters(), lr=1e-2)
+
+        def train():
+            for _ in range(3):
+                optimizer.zero_grad()
+                model(ids[:, :-1], ids[:, 1:])[1].backward()
+                optimizer.step()
+        return model, train
+
+    with threadpool_limits(2, user_api="blas"):
+        made = [model_and_step(seed) for seed in range(4)]
+        for _, train in made:
+            train()
+        alone = [[p.numpy().copy() for p in model.parameters()] for model, _ in made]
+        made = [model_and_step(seed) for seed in range(4)]
+        workers = [threading.Thread(target=train) for _, train in made]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+    for (model, _), expected in zip(made, alone):
+        for p, want in zip(model.parameters(), expected):
+            np.testing.assert_array_equal(p.numpy(), want)
+
+
 def test_the_normal_cdf_polynomial_is_what_its_fit_script_makes():
     from tinyattn.cpu import arrays, fit_normal_cdf
     coefficients = fit_normal_cdf.fit()
