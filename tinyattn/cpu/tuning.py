@@ -24,17 +24,19 @@ _restore = []               # (a BLAS library's thread-count setter, its count b
 _blas_libraries = None
 
 
-def _setter(library):
-    """A function that sets a BLAS library's thread count from any thread. threadpoolctl (3.8) sets OpenBLAS's (when
-    OpenBLAS runs threads of its own) only from the first thread that set it, and silently does nothing in the
-    others, since that count is one for the whole process; tinyattn sets it from whichever thread runs its code, so
-    it calls OpenBLAS's own setter, under whatever prefix and suffix this build gave its names."""
+def _thread_count(library):
+    """(get, set) of a BLAS library's thread count, callable from any thread. For OpenBLAS running threads of its own,
+    OpenBLAS's own functions (under whatever prefix and suffix this build gave their names): threadpoolctl (3.8)
+    sets that count only from the first thread that set it, and silently does nothing in the others, since the count
+    is one for the whole process, while tinyattn sets it from whichever thread runs its code; calling OpenBLAS
+    directly also leaves out threadpoolctl's Python layers, on every outermost hold."""
     if library.internal_api == "openblas" and library.threading_layer != "openmp":
         for prefix, suffix in itertools.product(("", "scipy_"), ("", "64_", "_64")):
-            setter = getattr(library.dynlib, f"{prefix}openblas_set_num_threads{suffix}", None)
-            if setter is not None:
-                return setter
-    return library.set_num_threads
+            get = getattr(library.dynlib, f"{prefix}openblas_get_num_threads{suffix}", None)
+            set_ = getattr(library.dynlib, f"{prefix}openblas_set_num_threads{suffix}", None)
+            if get is not None and set_ is not None:
+                return get, set_
+    return library.get_num_threads, library.set_num_threads
 
 
 def _blas():
@@ -42,7 +44,7 @@ def _blas():
     global _blas_libraries
     if _blas_libraries is None:
         from threadpoolctl import ThreadpoolController
-        _blas_libraries = [(library.get_num_threads, _setter(library))
+        _blas_libraries = [_thread_count(library)
                            for library in ThreadpoolController().select(user_api="blas").lib_controllers]
     return _blas_libraries
 
