@@ -93,6 +93,20 @@ def test_matmuls_runs_several_products_in_one_hand_off(thread_count, count, monk
     assert handoffs == [2 * max(1, count // 2)]             # one hand-off; the small product runs where it is
 
 
+def test_row_sums_by_blas_keep_the_dtype_and_their_ones_cannot_be_changed():
+    """The ones that last_axis_sum and leading_axes_sum multiply by are made once per shape and dtype, and kept."""
+    from tinyattn.cpu import arrays
+    rng = np.random.default_rng(5)
+    for dtype in (np.float64, np.float32, np.float64):
+        x = rng.standard_normal((3, 4, 5)).astype(dtype)
+        rows, columns = cpu.last_axis_sum(x), cpu.leading_axes_sum(x)
+        assert rows.dtype == columns.dtype == dtype and rows.shape == (3, 4, 1) and columns.shape == (5,)
+        np.testing.assert_allclose(rows, x.sum(axis=-1, keepdims=True), rtol=1e-6)
+        np.testing.assert_allclose(columns, x.sum(axis=(0, 1)), rtol=1e-6)
+    kept = arrays._ones(x, (5, 1))
+    assert kept is arrays._ones(x, (5, 1)) and not kept.flags.writeable
+
+
 @cpu_only
 def test_for_each_piece_fills_every_row_of_the_outputs(thread_count):
     thread_count(2)

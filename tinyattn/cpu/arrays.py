@@ -7,20 +7,36 @@ Each was measured against the plain form it replaces (the reference twins in tin
 - the normal CDF from a fitted polynomial, in place, for float32: NumPy has no erf, and an erfc called element
   by element from Python is ~6x slower (fit_normal_cdf.py made the polynomial).
 """
+import functools
 import math
 
 from ..backend import erfc, is_cupy_array, scatter_add, xp_of
 
 
+def _ones(like, shape):
+    """Ones of like's dtype for the row sums below. NumPy's are made once per shape and kept (read-only): making and
+    filling a vector for every sum cost about as much as summing a small block. CuPy's are made each time (there is
+    a device to choose, and no allocation to save)."""
+    xp = xp_of(like)
+    return xp.ones(shape, dtype=like.dtype) if is_cupy_array(like) else _kept_ones(xp, shape, like.dtype)
+
+
+@functools.lru_cache(maxsize=64)
+def _kept_ones(xp, shape, dtype):
+    ones = xp.ones(shape, dtype=dtype)
+    ones.setflags(write=False)
+    return ones
+
+
 def last_axis_sum(x):
     """x summed over its last axis, keeping that axis (size 1): x @ ones."""
-    return x @ xp_of(x).ones((x.shape[-1], 1), dtype=x.dtype)
+    return x @ _ones(x, (x.shape[-1], 1))
 
 
 def leading_axes_sum(x):
     """x summed over every axis but the last (a bias gradient): ones @ rows."""
     rows = x.reshape(-1, x.shape[-1])
-    return xp_of(x).ones(rows.shape[0], dtype=x.dtype) @ rows
+    return _ones(x, (rows.shape[0],)) @ rows
 
 
 def row_mean(rows):
