@@ -107,6 +107,18 @@ def test_row_sums_by_blas_keep_the_dtype_and_their_ones_cannot_be_changed():
     assert kept is arrays._ones(x, (5, 1)) and not kept.flags.writeable
 
 
+def test_laid_out_like_keeps_the_order_of_the_axes_in_memory():
+    like = np.zeros((2, 5, 3, 4)).transpose(0, 2, 1, 3)                      # (B, H, T, E) laid out as (B, T, H, E)
+    for make in ("empty", "zeros"):
+        made = cpu.laid_out_like(like, like.shape, np.float32, make)
+        assert made.shape == like.shape and made.dtype == np.float32 and made.transpose(0, 2, 1, 3).flags.c_contiguous
+    assert not cpu.laid_out_like(like, like.shape, np.float64, "zeros").any()
+    # otherwise in the usual order: another shape, a broadcast axis, rows that would not stay rows
+    for other, shape in ((like, (2, 3, 5, 5)), (np.broadcast_to(np.zeros((1, 3, 5, 4)), (2, 3, 5, 4)), (2, 3, 5, 4)),
+                         (np.zeros((2, 4, 3, 5)).transpose(0, 2, 3, 1), (2, 3, 5, 4))):
+        assert cpu.laid_out_like(other, shape, np.float64).flags.c_contiguous
+
+
 @cpu_only
 def test_for_each_piece_fills_every_row_of_the_outputs(thread_count):
     thread_count(2)
