@@ -126,7 +126,8 @@ def _appended(x, value, axis):
 class FastFlashAttention(Function):
     """The same loops, each block step vectorised over batch and heads and in place on its scores buffer. As in
     FlashAttention-2, the CPU threads share out row blocks in forward (each is independent) and column blocks in
-    backward (each owns its dK and dV; every one adds to all of dQ, so each thread sums a dQ of its own).
+    backward (each owns its dK and dV; every one adds to all of dQ, so each thread sums a dQ of its own). The
+    forward's running sum l rides on its product with V: P [V, 1] = [P V, rowsum P], no pass over P of its own.
 
     The backward recomputes each block's scores with the very product the forward made (the same operands, so the
     same rounding) and takes P = exp(S - m) / l from each row's final max m and sum l, not exp(S - L): at large
@@ -146,11 +147,12 @@ class FastFlashAttention(Function):
         row_max = xp.empty(batch + (q.shape[-2], 1), dtype=q.dtype)     # m, 0 for a row that sees no key
         row_sum_inverse = xp.empty_like(row_max)                         # 1 / l, 0 for a row that sees no key
 
+        v_aug = _appended(v, 1, axis=-1)            # P [v, 1] = [P V, rowsum P]: the running sum rides on the product
+
         def forward_rows(rows):                                          # one row block, all its column blocks
             q_block = q_scaled[..., rows, :]
             m = xp.full(batch + (rows.stop - rows.start, 1), -xp.inf, dtype=q.dtype)
-            l = xp.zeros_like(m)
-            acc = xp.zeros(batch + (rows.stop - rows.start, v.shape[-1]), dtype=q.dtype)
+            acc = xp.zeros(batch + (rows.stop - rows.start, v.shape[-1] + 1), dtype=q.dtype)     # [acc, l]
             for cols in _blocks(k.shape[-2], block_size):
                 if not _visible(rows, cols, is_causal):
                     break                                                 # the rest lie above the diagonal too
@@ -162,16 +164,15 @@ class FastFlashAttention(Function):
                 shift = xp.where(m_new == minus_inf, zero, m_new)
                 s -= shift
                 p = xp.exp(s, out=s)
-                alpha = xp.exp(m - shift)
-                l *= alpha
-                l += cpu.last_axis_sum(p)
-                acc *= alpha
-                acc += p @ v[..., cols, :]
+                acc *= xp.exp(m - shift)                                  # alpha
+                acc += p @ v_aug[..., cols, :]
                 m = m_new
+            l = acc[..., -1:]
             empty = l == 0
-            out[..., rows, :] = acc / xp.where(empty, 1, l)
+            inverse = row_sum_inverse[..., rows, :]
+            inverse[...] = xp.where(empty, zero, 1 / xp.where(empty, 1, l))
+            xp.multiply(acc[..., :-1], inverse, out=out[..., rows, :])
             row_max[..., rows, :] = xp.where(empty, zero, m)
-            row_sum_inverse[..., rows, :] = xp.where(empty, zero, 1 / xp.where(empty, 1, l))
         cpu.for_each_part(forward_rows, _blocks(q.shape[-2], block_size))
         ctx.save_for_backward(q_scaled, k, v, out, row_max, row_sum_inverse, mask)
         ctx.options = (scale, is_causal, block_size, groups)
