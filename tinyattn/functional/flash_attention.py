@@ -189,8 +189,8 @@ class FastFlashAttention(Function):
         xp.multiply(cpu.last_axis_sum(grad * out), -row_sum_inverse, out=grad_aug[..., -1:])  # D = rowsum(dO * O)
         grad_scaled, k_t = grad_aug[..., :-1], xp.swapaxes(k, -1, -2)
         # One slot per query head (k and v are broadcast over the group axis), summed over each group at the end.
-        grad_k = cpu.laid_out_like(k, out.shape[:-2] + k.shape[-2:], q_scaled.dtype, "zeros")
-        grad_v = cpu.laid_out_like(v, out.shape[:-2] + v.shape[-2:], q_scaled.dtype, "zeros")
+        grad_k = xp.zeros(out.shape[:-2] + k.shape[-2:], dtype=q_scaled.dtype)
+        grad_v = xp.zeros(out.shape[:-2] + v.shape[-2:], dtype=q_scaled.dtype)
 
         def backward_columns(cols, sums):                                # one column block, all the rows that see it
             (grad_q,) = sums
@@ -213,7 +213,7 @@ class FastFlashAttention(Function):
                 grad_k[..., cols, :] += xp.swapaxes(grad_s, -1, -2) @ q_block
         grad_q_shape = out.shape[:-1] + q_scaled.shape[-1:]
         (grad_q,) = cpu.sum_over_parts(backward_columns, _blocks(k.shape[-2], block_size),
-                                       lambda: (cpu.laid_out_like(q_scaled, grad_q_shape, q_scaled.dtype, "zeros"),))
+                                       lambda: (xp.zeros(grad_q_shape, dtype=q_scaled.dtype),))
         return (merge_heads(grad_q, groups), ungroup_grad(grad_k, groups), ungroup_grad(grad_v, groups),
                 None, None, None, None, None)
 
