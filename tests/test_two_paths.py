@@ -204,7 +204,7 @@ def test_flash_attention_both_paths_equal_reference_attention(data):
 def test_attention_on_heads_split_from_one_projection(function):
     """As a model calls attention: q, k, v are (B, T, H, E) slices of one (B, T, 3D) projection viewed as (B, H, T,
     E). Both paths agree, and the fast output is laid out as the queries are, so the model's transpose back to
-    (B, T, H, E) is contiguous and its reshape to (B, T, D) copies nothing (gradients come back the same way)."""
+    (B, T, H, E) is contiguous and its reshape to (B, T, D) copies nothing (SDPA's dQ and dK come back the same way)."""
     rng = np.random.default_rng(4)
     qkv = tensor(rng, 2, 7, 3 * 3 * 4)
 
