@@ -93,6 +93,32 @@ def test_matmuls_runs_several_products_in_one_hand_off(thread_count, count, monk
     assert handoffs == [2 * max(1, count // 2)]             # one hand-off; the small product runs where it is
 
 
+def test_row_sums_by_blas_keep_the_dtype_and_their_ones_cannot_be_changed():
+    """The ones that last_axis_sum and leading_axes_sum multiply by are made once per shape and dtype, and kept."""
+    from tinyattn.cpu import arrays
+    rng = np.random.default_rng(5)
+    for dtype in (np.float64, np.float32, np.float64):
+        x = rng.standard_normal((3, 4, 5)).astype(dtype)
+        rows, columns = cpu.last_axis_sum(x), cpu.leading_axes_sum(x)
+        assert rows.dtype == columns.dtype == dtype and rows.shape == (3, 4, 1) and columns.shape == (5,)
+        np.testing.assert_allclose(rows, x.sum(axis=-1, keepdims=True), rtol=1e-6, atol=1e-5)   # sums that cancel
+        np.testing.assert_allclose(columns, x.sum(axis=(0, 1)), rtol=1e-6, atol=1e-5)
+    kept = arrays._ones(x, (5, 1))
+    assert kept is arrays._ones(x, (5, 1)) and not kept.flags.writeable
+
+
+def test_laid_out_like_keeps_the_order_of_the_axes_in_memory():
+    like = np.zeros((2, 5, 3, 4)).transpose(0, 2, 1, 3)                      # (B, H, T, E) laid out as (B, T, H, E)
+    for make in ("empty", "zeros"):
+        made = cpu.laid_out_like(like, like.shape, np.float32, make)
+        assert made.shape == like.shape and made.dtype == np.float32 and made.transpose(0, 2, 1, 3).flags.c_contiguous
+    assert not cpu.laid_out_like(like, like.shape, np.float64, "zeros").any()
+    # otherwise in the usual order: another shape, a broadcast axis, rows that would not stay rows
+    for other, shape in ((like, (2, 3, 5, 5)), (np.broadcast_to(np.zeros((1, 3, 5, 4)), (2, 3, 5, 4)), (2, 3, 5, 4)),
+                         (np.zeros((2, 4, 3, 5)).transpose(0, 2, 3, 1), (2, 3, 5, 4))):
+        assert cpu.laid_out_like(other, shape, np.float64).flags.c_contiguous
+
+
 @cpu_only
 def test_for_each_piece_fills_every_row_of_the_outputs(thread_count):
     thread_count(2)
@@ -201,6 +227,76 @@ def test_blas_keeps_its_thread_count_outside_tinyattn_calls(thread_count):
         split.for_each_part(product_rows, range(2))
         assert _blas_threads() == before == [2] * len(before)
     assert seen_inside and set(seen_inside) == {1}
+
+
+@cpu_only
+def test_blas_is_held_from_any_thread_and_for_the_whole_process():
+    """The rule: a fast Function holds BLAS to one thread whichever Python thread runs it (threadpoolctl would set
+    it only from the first thread that set it, here the main one), and the count is the process's: while it runs,
+    another thread's NumPy sees one BLAS thread too; afterwards, the count it had."""
+    from threadpoolctl import threadpool_limits
+    inside, main_may_look, finish = [], threading.Event(), threading.Event()
+
+    @ta.cpu.tuned
+    class Probe(ta.Function):
+        @staticmethod
+        def forward(ctx, x):
+            inside.extend(_blas_threads())
+            main_may_look.set()
+            finish.wait(10)
+            return x
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad
+
+    with threadpool_limits(2, user_api="blas"):                  # the main thread controls BLAS for threadpoolctl
+        worker = threading.Thread(target=Probe.apply, args=(ta.randn(3),))
+        worker.start()
+        assert main_may_look.wait(10)
+        seen_by_main = _blas_threads()
+        finish.set()
+        worker.join()
+        assert _blas_threads() == [2] * len(seen_by_main)
+    assert inside and set(inside) == {1} and set(seen_by_main) == {1}
+
+
+@cpu_only
+def test_models_trained_in_threads_at_once_equal_their_runs_one_after_another():
+    """Every product in a GPT's step runs in a fast Function on one BLAS thread, so four models trained at once in
+    four threads end bit for bit where the same four end trained one after another (with BLAS free to use two
+    threads, OpenBLAS's AVX2 kernel rounded the first Linear's product otherwise: up to 2.7e-3 apart after three
+    steps)."""
+    from threadpoolctl import threadpool_limits
+    from tinyattn.models import GPT, GPTConfig
+
+    def model_and_step(seed):                   # made one after another: the random numbers are the process's
+        ta.manual_seed(seed)
+        model = GPT(GPTConfig(vocab_size=64, block_size=32, n_layer=2, num_heads=4, d_model=64))
+        ids = ta.randint(0, 64, (4, 33))                          # products large enough for BLAS to use threads
+        optimizer = ta.optim.AdamW(model.parameters(), lr=1e-2)
+
+        def train():
+            for _ in range(3):
+                optimizer.zero_grad()
+                model(ids[:, :-1], ids[:, 1:])[1].backward()
+                optimizer.step()
+        return model, train
+
+    with threadpool_limits(2, user_api="blas"):
+        made = [model_and_step(seed) for seed in range(4)]
+        for _, train in made:
+            train()
+        alone = [[p.numpy().copy() for p in model.parameters()] for model, _ in made]
+        made = [model_and_step(seed) for seed in range(4)]
+        workers = [threading.Thread(target=train) for _, train in made]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+    for (model, _), expected in zip(made, alone):
+        for p, want in zip(model.parameters(), expected):
+            np.testing.assert_array_equal(p.numpy(), want)
 
 
 def test_the_normal_cdf_polynomial_is_what_its_fit_script_makes():

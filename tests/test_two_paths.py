@@ -200,6 +200,24 @@ def test_flash_attention_both_paths_equal_reference_attention(data):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("function", ["scaled_dot_product_attention", "flash_attention"])
+def test_attention_on_heads_split_from_one_projection(function):
+    """As a model calls attention: q, k, v are (B, T, H, E) slices of one (B, T, 3D) projection viewed as (B, H, T,
+    E). Both paths agree, and the fast output is laid out as the queries are, so the model's transpose back to
+    (B, T, H, E) is contiguous and its reshape to (B, T, D) copies nothing (SDPA's dQ and dK come back the same way)."""
+    rng = np.random.default_rng(4)
+    qkv = tensor(rng, 2, 7, 3 * 3 * 4)
+
+    def attend(qkv):
+        q, k, v = (t.reshape(2, 7, 3, 4).transpose(1, 2) for t in qkv.split(12, dim=-1))
+        extra = {"block_size": 3} if function == "flash_attention" else {}
+        return getattr(F, function)(q, k, v, is_causal=True, **extra).transpose(1, 2).reshape(2, 7, 12)
+    assert_paths_agree(attend, [qkv])
+    q = qkv.detach().reshape(2, 7, 9, 4).transpose(1, 2)[:, :3]
+    out = getattr(F, function)(q, q, q)
+    assert out.transpose(1, 2).array.flags.c_contiguous
+
+
 def test_attention_over_no_keys_and_with_masks_of_fewer_than_two_dims():
     rng = np.random.default_rng(3)
     q = tensor(rng, 2, 3, 5, 4)

@@ -5,27 +5,58 @@ Each was measured against the plain form it replaces (the reference twins in tin
 - selections written as arithmetic: NumPy's where() branches per element, ~5x slower on data of mixed signs;
 - embedding gradients by sorting the ids: ~2.7x faster than numpy.add.at, which goes element by element;
 - the normal CDF from a fitted polynomial, in place, for float32: NumPy has no erf, and an erfc called element
-  by element from Python is ~6x slower (fit_normal_cdf.py made the polynomial).
+  by element from Python is ~6x slower (fit_normal_cdf.py made the polynomial);
+- an output laid out in memory as an input is (attention's, as its transposed queries): the caller's transpose
+  back and reshape are then views, not copies.
 """
+import functools
 import math
 
 from ..backend import erfc, is_cupy_array, scatter_add, xp_of
 
 
+def _ones(like, shape):
+    """Ones of like's dtype for the row sums below. NumPy's are made once per shape and kept (read-only): making and
+    filling a vector for every sum cost about as much as summing a small block. CuPy's are made each time (there is
+    a device to choose, and no allocation to save)."""
+    xp = xp_of(like)
+    return xp.ones(shape, dtype=like.dtype) if is_cupy_array(like) else _kept_ones(xp, shape, like.dtype)
+
+
+@functools.lru_cache(maxsize=64)
+def _kept_ones(xp, shape, dtype):
+    ones = xp.ones(shape, dtype=dtype)
+    ones.setflags(write=False)
+    return ones
+
+
 def last_axis_sum(x):
     """x summed over its last axis, keeping that axis (size 1): x @ ones."""
-    return x @ xp_of(x).ones((x.shape[-1], 1), dtype=x.dtype)
+    return x @ _ones(x, (x.shape[-1], 1))
 
 
 def leading_axes_sum(x):
     """x summed over every axis but the last (a bias gradient): ones @ rows."""
     rows = x.reshape(-1, x.shape[-1])
-    return xp_of(x).ones(rows.shape[0], dtype=x.dtype) @ rows
+    return _ones(x, (rows.shape[0],)) @ rows
 
 
 def row_mean(rows):
     """Each row's mean, as a column; summing before dividing keeps the mean of a constant row exact."""
     return last_axis_sum(rows) / rows.shape[1]
+
+
+def laid_out_like(like, shape, dtype, make="empty"):
+    """A new array (xp.empty or xp.zeros, by make) of shape whose axes lie in memory in the order of like's, an array
+    of that same shape (else in the usual order). Attention's queries are usually a transposed view, (B, H, T, E)
+    laid out as (B, T, H, E), and the caller transposes the output back before it reshapes it: an output and
+    gradients laid out as the queries are make both reshapes views instead of copies."""
+    xp = xp_of(like)
+    order = sorted(range(like.ndim), key=like.strides.__getitem__, reverse=True)   # outermost first, ties kept
+    if tuple(like.shape) != tuple(shape) or 0 in like.strides or order[-1] != like.ndim - 1:    # rows stay rows
+        return getattr(xp, make)(shape, dtype=dtype)
+    stored = getattr(xp, make)(tuple(shape[axis] for axis in order), dtype=dtype)
+    return stored.transpose([order.index(axis) for axis in range(like.ndim)])
 
 
 def sigmoid(x):

@@ -3,11 +3,16 @@
 - BLAS is held to one thread while tinyattn's fast code runs (blas_held, and the tuned decorator for the fast
   Functions), and given back its thread count when that code returns. tinyattn's own threads (threads.py) split the
   work instead: a BLAS thread that finished a product keeps spinning on its core for a while, and would slow down
-  the elementwise work that tinyattn's threads run next. NumPy code outside tinyattn sees BLAS as it was.
+  the elementwise work that tinyattn's threads run next. The hold works from whichever Python thread runs tinyattn,
+  so tinyattn's products always run on one BLAS thread and round the same way in every thread (OpenBLAS's AVX2
+  kernel rounds most products differently on one thread and on two, in the last bit). Its cost: OpenBLAS (and MKL)
+  have one thread count for the whole process, so while any thread is inside tinyattn's fast code, NumPy products of
+  one's own in other threads run on one BLAS thread too. NumPy code outside tinyattn sees BLAS as it was otherwise.
 - glibc's allocator thresholds change only when tune_allocator() is called: there is no way to read them back and
   restore them, so it is the caller's choice (the lessons and `python -m tinyattn.bench` make it).
 """
 import functools
+import itertools
 import sys
 import threading
 
@@ -15,31 +20,47 @@ from ..backend import is_cupy_array
 
 _lock = threading.Lock()
 _depth = 0                  # how many blas_held() scopes are open, over all threads
-_restore = []               # (library, its thread count before the outermost scope)
+_restore = []               # (a BLAS library's thread-count setter, its count before the outermost scope)
 _blas_libraries = None
 
 
+def _thread_count(library):
+    """(get, set) of a BLAS library's thread count, callable from any thread. For OpenBLAS running threads of its own,
+    OpenBLAS's own functions (under whatever prefix and suffix this build gave their names): threadpoolctl (3.8)
+    sets that count only from the first thread that set it, and silently does nothing in the others, since the count
+    is one for the whole process, while tinyattn sets it from whichever thread runs its code; calling OpenBLAS
+    directly also leaves out threadpoolctl's Python layers, on every outermost hold."""
+    if library.internal_api == "openblas" and library.threading_layer != "openmp":
+        for prefix, suffix in itertools.product(("", "scipy_"), ("", "64_", "_64")):
+            get = getattr(library.dynlib, f"{prefix}openblas_get_num_threads{suffix}", None)
+            set_ = getattr(library.dynlib, f"{prefix}openblas_set_num_threads{suffix}", None)
+            if get is not None and set_ is not None:
+                return get, set_
+    return library.get_num_threads, library.set_num_threads
+
+
 def _blas():
-    """threadpoolctl's controllers of the BLAS libraries loaded in this process (found once)."""
+    """(get, set) of the thread count of every BLAS library loaded in this process, found once with threadpoolctl."""
     global _blas_libraries
     if _blas_libraries is None:
         from threadpoolctl import ThreadpoolController
-        _blas_libraries = ThreadpoolController().select(user_api="blas").lib_controllers
+        _blas_libraries = [_thread_count(library)
+                           for library in ThreadpoolController().select(user_api="blas").lib_controllers]
     return _blas_libraries
 
 
 class blas_held:
-    """`with blas_held():` BLAS runs on one thread inside, and on as many as before once the outermost scope closes.
-    (A class rather than a generator-based context manager: it is entered around every fast Function call, and this
-    costs half as much.)"""
+    """`with blas_held():` BLAS runs on one thread inside, and on as many as before once the outermost scope closes,
+    over all threads (the count is the process's). (A class rather than a generator-based context manager: it is
+    entered around every fast Function call, and this costs half as much.)"""
 
     def __enter__(self):
         global _depth
         with _lock:
             if _depth == 0:
-                _restore[:] = [(library, library.get_num_threads()) for library in _blas()]
-                for library, _ in _restore:
-                    library.set_num_threads(1)
+                _restore[:] = [(set_count, get_count()) for get_count, set_count in _blas()]
+                for set_count, _ in _restore:
+                    set_count(1)
             _depth += 1
 
     def __exit__(self, *exception):
@@ -47,8 +68,8 @@ class blas_held:
         with _lock:
             _depth -= 1
             if _depth == 0:
-                for library, count in _restore:
-                    library.set_num_threads(count)
+                for set_count, count in _restore:
+                    set_count(count)
 
 
 def _held(method):

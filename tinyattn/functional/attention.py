@@ -68,7 +68,7 @@ class FastScaledDotProductAttention(Function):
         xp = xp_of(q)
         q, k, v, mask, groups = group_heads(q, k, v, mask, enable_gqa)
         batch, n_rows, n_keys = broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2]
-        out = xp.empty(batch + (n_rows, v.shape[-1]), dtype=q.dtype)
+        out = cpu.laid_out_like(q, batch + (n_rows, v.shape[-1]), q.dtype)     # as q is, often (B, T, H, E)
         keep = keep_mask(batch + (n_rows, n_keys), dropout_p, q) if dropout_p > 0 else None
 
         def attend(part):                                    # P = softmax(scale q k^T + mask), O = P V
@@ -91,7 +91,7 @@ class FastScaledDotProductAttention(Function):
         q, k, v, keep, out, *probs = ctx.saved_tensors
         xp = xp_of(grad)
         grad = grad.reshape(out.shape)
-        grad_q = xp.empty(out.shape[:-1] + q.shape[-1:], dtype=q.dtype)
+        grad_q = cpu.laid_out_like(q, out.shape[:-1] + q.shape[-1:], q.dtype)      # the product writes it as q is
         grad_mask = xp.empty(out.shape[:-1] + k.shape[-2:-1], dtype=q.dtype) if ctx.needs_input_grad[3] else None
 
         def attend_backward(part_and_p, sums):              # sums: this thread's dK and dV over its query rows
@@ -116,7 +116,9 @@ class FastScaledDotProductAttention(Function):
                     xp.zeros(out.shape[:-2] + v.shape[-2:], dtype=q.dtype))
         grad_k, grad_v = cpu.sum_over_parts(attend_backward, list(zip(ctx.parts, probs)), zero_sums)
         grad_q *= ctx.scale
-        grad_k *= ctx.scale
+        # dK is laid out as k is by the pass that scales it (summing part by part into that layout costs more than the
+        # copy it saves; for dV, which has no such pass, so does a copy: dV keeps the usual order)
+        grad_k = xp.multiply(grad_k, ctx.scale, out=cpu.laid_out_like(k, grad_k.shape, q.dtype))
         grad_mask = None if grad_mask is None else merge_heads(grad_mask, ctx.groups)
         return (merge_heads(grad_q, ctx.groups), ungroup_grad(grad_k, ctx.groups), ungroup_grad(grad_v, ctx.groups),
                 grad_mask, None, None, None)

@@ -53,7 +53,9 @@ class ReferenceFlashAttention(Function):
     recomputes every block's P exactly as exp(S - Li) and, with D = rowsum(dO * O) (= rowsum(dP * P)):
         dVj += P^T dOi;  dP = dOi Vj^T;  dS = P * (dP - Di);  dQi += scale dS Kj;  dKj += scale dS^T Qi
     A row that has seen only masked keys keeps m = -inf, so exp is taken against 0 there (no -inf - -inf = NaN); a
-    row with every key masked ends with l = 0: output 0 and L = +inf, so its recomputed P is 0.
+    row with every key masked ends with l = 0: output 0 and L = +inf, so its recomputed P is 0. L is kept in float64:
+    in the inputs' dtype, m + log l would round to half of L's last place (1/64 at logits of 4e5 in float32, 2 at
+    5e3 in float16), and exp(S - L) would pass that error on to every P of the row.
     """
 
     @staticmethod
@@ -62,8 +64,8 @@ class ReferenceFlashAttention(Function):
         q, k, v, mask, groups = group_heads(q, k, v, mask, enable_gqa)
         batch = broadcast_shapes(q.shape[:-2], k.shape[:-2])
         out = xp.zeros(batch + (q.shape[-2], v.shape[-1]), dtype=q.dtype)
-        L = xp.zeros(batch + (q.shape[-2], 1), dtype=q.dtype)
-        zero, inf = xp.zeros((), dtype=q.dtype), xp.asarray(xp.inf, dtype=q.dtype)
+        L = xp.zeros(batch + (q.shape[-2], 1), dtype=xp.float64)
+        zero = xp.zeros((), dtype=q.dtype)
         for rows in _blocks(q.shape[-2], block_size):
             m = xp.full(batch + (rows.stop - rows.start, 1), -xp.inf, dtype=q.dtype)
             l = xp.zeros_like(m)
@@ -81,7 +83,7 @@ class ReferenceFlashAttention(Function):
                 m = m_new
             empty = l == 0
             out[..., rows, :] = xp.where(empty, zero, acc / xp.where(empty, 1, l))
-            L[..., rows, :] = xp.where(empty, inf, m + xp.log(xp.where(empty, 1, l)))
+            L[..., rows, :] = xp.where(empty, xp.inf, m.astype(L.dtype) + xp.log(xp.where(empty, 1, l)))
         ctx.save_for_backward(q, k, v, out, L, mask)
         ctx.options = (scale, is_causal, block_size, groups)
         return merge_heads(out, groups)
@@ -125,8 +127,14 @@ class FastFlashAttention(Function):
     """The same loops, each block step vectorised over batch and heads and in place on its scores buffer. As in
     FlashAttention-2, the CPU threads share out row blocks in forward (each is independent) and column blocks in
     backward (each owns its dK and dV; every one adds to all of dQ, so each thread sums a dQ of its own). The
-    backward folds the row offsets into its products with one extra column: [q, -L] [k, 1]^T = S - L and
-    [dO, -D] [v, 1]^T = dP - D, two passes over every block fewer."""
+    forward's running sum l rides on its product with V: P [V, 1] = [P V, rowsum P], no pass over P of its own.
+
+    The backward recomputes each block's scores with the very product the forward made (the same operands, so the
+    same rounding) and takes P = exp(S - m) / l from each row's final max m and sum l, not exp(S - L): at large
+    logits a rounded L = m + log l is off by up to half its last place (1/64 at |L| ~ 4e5 in float32, 2 at 5e3 in
+    float16), and exp makes that a relative error of P as large, while S - m is exact near the max. 1/l rides on
+    dO's rows: dV += exp(S - m)^T (dO / l) and dS = exp(S - m) * ([dO, -D] / l [v, 1]^T), where the extra column
+    folds the row offset D into the product (dP and D are of one size, so this rounds as dP - D would)."""
 
     @staticmethod
     def forward(ctx, q, k, v, mask, scale, is_causal, enable_gqa, block_size):
@@ -135,14 +143,16 @@ class FastFlashAttention(Function):
         batch = broadcast_shapes(q.shape[:-2], k.shape[:-2])
         q_scaled, k_t = q * scale, xp.swapaxes(k, -1, -2)
         zero, minus_inf = xp.zeros((), dtype=q.dtype), xp.asarray(-xp.inf, dtype=q.dtype)
-        out = xp.empty(batch + (q.shape[-2], v.shape[-1]), dtype=q.dtype)
-        lse = xp.empty(batch + (q.shape[-2], 1), dtype=q.dtype)
+        out = cpu.laid_out_like(q, batch + (q.shape[-2], v.shape[-1]), q.dtype)     # as q is, often (B, T, H, E)
+        row_max = xp.empty(batch + (q.shape[-2], 1), dtype=q.dtype)     # m, 0 for a row that sees no key
+        row_sum_inverse = xp.empty_like(row_max)                         # 1 / l, 0 for a row that sees no key
+
+        v_aug = _appended(v, 1, axis=-1)            # P [v, 1] = [P V, rowsum P]: the running sum rides on the product
 
         def forward_rows(rows):                                          # one row block, all its column blocks
             q_block = q_scaled[..., rows, :]
             m = xp.full(batch + (rows.stop - rows.start, 1), -xp.inf, dtype=q.dtype)
-            l = xp.zeros_like(m)
-            acc = xp.zeros(batch + (rows.stop - rows.start, v.shape[-1]), dtype=q.dtype)
+            acc = xp.zeros(batch + (rows.stop - rows.start, v.shape[-1] + 1), dtype=q.dtype)     # [acc, l]
             for cols in _blocks(k.shape[-2], block_size):
                 if not _visible(rows, cols, is_causal):
                     break                                                 # the rest lie above the diagonal too
@@ -154,58 +164,56 @@ class FastFlashAttention(Function):
                 shift = xp.where(m_new == minus_inf, zero, m_new)
                 s -= shift
                 p = xp.exp(s, out=s)
-                alpha = xp.exp(m - shift)
-                l *= alpha
-                l += cpu.last_axis_sum(p)
-                acc *= alpha
-                acc += p @ v[..., cols, :]
+                acc *= xp.exp(m - shift)                                  # alpha
+                acc += p @ v_aug[..., cols, :]
                 m = m_new
+            l = acc[..., -1:]
             empty = l == 0
-            out[..., rows, :] = acc / xp.where(empty, 1, l)
-            lse[..., rows, :] = xp.where(empty, xp.asarray(xp.inf, dtype=q.dtype), m + xp.log(xp.where(empty, 1, l)))
+            inverse = row_sum_inverse[..., rows, :]
+            inverse[...] = xp.where(empty, zero, 1 / xp.where(empty, 1, l))
+            xp.multiply(acc[..., :-1], inverse, out=out[..., rows, :])
+            row_max[..., rows, :] = xp.where(empty, zero, m)
         cpu.for_each_part(forward_rows, _blocks(q.shape[-2], block_size))
-        ctx.save_for_backward(q, k, v, out, lse, mask)
+        ctx.save_for_backward(q_scaled, k, v, out, row_max, row_sum_inverse, mask)
         ctx.options = (scale, is_causal, block_size, groups)
         return merge_heads(out, groups)
 
     @staticmethod
     def backward(ctx, grad):
-        q, k, v, out, lse, mask = ctx.saved_tensors
+        q_scaled, k, v, out, row_max, row_sum_inverse, mask = ctx.saved_tensors
         scale, is_causal, block_size, groups = ctx.options
         xp = xp_of(grad)
         grad = grad.reshape(out.shape)
-        delta = cpu.last_axis_sum(grad * out)                                # D = rowsum(dO * O)
-        q_aug = xp.empty(out.shape[:-1] + (q.shape[-1] + 1,), dtype=q.dtype)     # [q * scale, -lse], filled in place
-        q_aug[..., :-1] = q
-        q_aug[..., :-1] *= scale
-        q_aug[..., -1:] = -lse
-        grad_aug = _appended(grad, -delta, axis=-1)
-        q_scaled = q_aug[..., :-1]
+        grad_aug = xp.empty(out.shape[:-1] + (v.shape[-1] + 1,), dtype=q_scaled.dtype)   # [dO, -D] / l
+        xp.multiply(grad, row_sum_inverse, out=grad_aug[..., :-1])
+        xp.multiply(cpu.last_axis_sum(grad * out), -row_sum_inverse, out=grad_aug[..., -1:])  # D = rowsum(dO * O)
+        grad_scaled, k_t = grad_aug[..., :-1], xp.swapaxes(k, -1, -2)
         # One slot per query head (k and v are broadcast over the group axis), summed over each group at the end.
-        grad_k = xp.zeros(out.shape[:-2] + k.shape[-2:], dtype=q.dtype)
-        grad_v = xp.zeros(out.shape[:-2] + v.shape[-2:], dtype=q.dtype)
+        grad_k = xp.zeros(out.shape[:-2] + k.shape[-2:], dtype=q_scaled.dtype)
+        grad_v = xp.zeros(out.shape[:-2] + v.shape[-2:], dtype=q_scaled.dtype)
 
         def backward_columns(cols, sums):                                # one column block, all the rows that see it
             (grad_q,) = sums
-            # this block's [k, 1]^T and [v, 1]^T, made here rather than for all of K and V: less memory at once
-            k_aug_t, v_aug_t = (_appended(xp.swapaxes(x[..., cols, :], -1, -2), 1, axis=-2) for x in (k, v))
+            v_aug_t = _appended(xp.swapaxes(v[..., cols, :], -1, -2), 1, axis=-2)  # this block's [v, 1]^T
             k_scaled = k[..., cols, :] * scale
-            for rows in _blocks(q.shape[-2], block_size):
+            for rows in _blocks(q_scaled.shape[-2], block_size):
                 if not _visible(rows, cols, is_causal):
                     continue
-                q_block, grad_block = q_scaled[..., rows, :], grad[..., rows, :]
-                p = q_aug[..., rows, :] @ k_aug_t                                # S - L
-                bias = _block_bias(mask, rows, cols, is_causal, q)
+                q_block = q_scaled[..., rows, :]
+                p = q_block @ k_t[..., cols]                                     # S, as the forward made it
+                bias = _block_bias(mask, rows, cols, is_causal, q_scaled)
                 if bias is not None:
                     p += bias
-                xp.exp(p, out=p)                                                 # P, exact
-                grad_v[..., cols, :] += xp.swapaxes(p, -1, -2) @ grad_block
-                grad_s = grad_aug[..., rows, :] @ v_aug_t                        # dP - D, made dS in place
+                p -= row_max[..., rows, :]
+                xp.exp(p, out=p)                                                 # l P
+                grad_v[..., cols, :] += xp.swapaxes(p, -1, -2) @ grad_scaled[..., rows, :]
+                grad_s = grad_aug[..., rows, :] @ v_aug_t                        # (dP - D) / l, made dS in place
                 grad_s *= p
                 grad_q[..., rows, :] += grad_s @ k_scaled
                 grad_k[..., cols, :] += xp.swapaxes(grad_s, -1, -2) @ q_block
+        grad_q_shape = out.shape[:-1] + q_scaled.shape[-1:]
         (grad_q,) = cpu.sum_over_parts(backward_columns, _blocks(k.shape[-2], block_size),
-                                       lambda: (xp.zeros_like(q_scaled),))
+                                       lambda: (xp.zeros(grad_q_shape, dtype=q_scaled.dtype),))
         return (merge_heads(grad_q, groups), ungroup_grad(grad_k, groups), ungroup_grad(grad_v, groups),
                 None, None, None, None, None)
 
