@@ -94,7 +94,8 @@ def test_vit_attention_maps_flash_and_distillation():
 
 @pytest.mark.parametrize("overrides", [{}, {"norm": "rms", "mlp": "swiglu"}, {"mlp": "moe", "num_kv_heads": 2},
                                        {"num_kv_heads": 1, "position": "rope"}, {"tie_weights": True},
-                                       {"prenorm": False}])
+                                       {"prenorm": False}, {"mlp": "none"},
+                                       {"activation": "gelu_tanh", "mlp_hidden": 24}])
 def test_gpt_variants_overfit_and_flash_matches(overrides):
     ta.manual_seed(0)
     model = tiny_gpt(**overrides)
@@ -106,6 +107,20 @@ def test_gpt_variants_overfit_and_flash_matches(overrides):
     np.testing.assert_allclose(host(flash(ids[:, :-1])), host(logits), atol=1e-5)
     first, last = _train(model, lambda: model(ids[:, :-1], ids[:, 1:])[1] + 0.01 * model.aux_loss(), 80)
     assert last < 0.1 * first, (first, last)
+
+
+def test_gpt_attention_only_has_no_feed_forward_and_settings_reach_the_layers():
+    plain = tiny_gpt(mlp="none")
+    assert not any(".mlp." in name or ".ln2." in name for name, _ in plain.named_parameters())
+    x = ta.randn(2, 5, plain.config.d_model)
+    block = plain.blocks[0]
+    expected = x + block.attn(block.ln1(x), is_causal=True)                # the block is its attention alone
+    np.testing.assert_allclose(host(block(x)), host(expected), atol=1e-6)
+    tuned = tiny_gpt(activation="relu", mlp_hidden=7, norm_eps=1e-3)
+    assert tuned.blocks[0].mlp.fc1.weight.shape == (7, tuned.config.d_model)
+    assert isinstance(tuned.blocks[0].mlp.act, ta.nn.ReLU) and tuned.ln_f.eps == 1e-3
+    with pytest.raises(ValueError, match="activation must be one of"):
+        tiny_gpt(activation="swish")
 
 
 def test_gpt_gradcheck_float64():

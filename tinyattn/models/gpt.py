@@ -23,7 +23,10 @@ class GPTConfig:
     dropout: float = 0.0
     norm: str = "layer"              # "layer" | "rms"
     prenorm: bool = True             # x + f(norm(x)) (GPT-2 on); False: norm(x + f(x)) (the original Transformer)
-    mlp: str = "gelu"                # "gelu" | "swiglu" | "moe"
+    mlp: str = "gelu"                # "gelu" | "swiglu" | "moe" | "none" (attention only, as in the circuits papers)
+    mlp_hidden: int = None           # the feed-forward width; None: 4 * d_model (gelu), 8/3 * d_model (swiglu)
+    activation: str = "gelu"         # of the "gelu" MLP: "gelu" | "gelu_tanh" (GPT-2's) | "relu"
+    norm_eps: float = None           # None: 1e-5 for LayerNorm, 1e-6 for RMSNorm
     n_experts: int = 4
     top_k: int = 2
     position: str = "learned"        # "learned" | "sinusoidal" | "rope" | "none"
@@ -32,30 +35,43 @@ class GPTConfig:
     tie_weights: bool = False        # share the token embedding with the output head
 
 
+ACTIVATIONS = {"gelu": lambda: nn.GELU(), "gelu_tanh": lambda: nn.GELU(approximate="tanh"), "relu": lambda: nn.ReLU()}
+
+
 def _norm(config):
-    return nn.LayerNorm(config.d_model) if config.norm == "layer" else nn.RMSNorm(config.d_model, eps=1e-6)
+    if config.norm == "layer":
+        return nn.LayerNorm(config.d_model, eps=1e-5 if config.norm_eps is None else config.norm_eps)
+    return nn.RMSNorm(config.d_model, eps=1e-6 if config.norm_eps is None else config.norm_eps)
 
 
 class Block(nn.Module):
     def __init__(self, config, rotary=None):
         super().__init__()
-        self.ln1, self.ln2 = _norm(config), _norm(config)
+        self.ln1 = _norm(config)
+        self.ln2 = _norm(config) if config.mlp != "none" else None
         self.attn = nn.MultiHeadAttention(config.d_model, config.num_heads, config.num_kv_heads, bias=config.bias,
                                           dropout=config.dropout if config.impl != "flash" else 0.0,
                                           impl=config.impl, rotary=rotary)
         if config.mlp == "gelu":
-            self.mlp = nn.MLP(config.d_model, dropout=config.dropout, bias=config.bias)
+            if config.activation not in ACTIVATIONS:
+                raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {config.activation!r}")
+            self.mlp = nn.MLP(config.d_model, config.mlp_hidden, ACTIVATIONS[config.activation](),
+                              dropout=config.dropout, bias=config.bias)
         elif config.mlp == "swiglu":
-            self.mlp = nn.SwiGLU(config.d_model, dropout=config.dropout)
+            self.mlp = nn.SwiGLU(config.d_model, config.mlp_hidden, dropout=config.dropout)
         elif config.mlp == "moe":
             self.mlp = nn.MoE(config.d_model, config.n_experts, config.top_k, dropout=config.dropout)
+        elif config.mlp == "none":
+            self.mlp = None
         else:
-            raise ValueError(f"mlp must be 'gelu', 'swiglu' or 'moe', got {config.mlp!r}")
+            raise ValueError(f"mlp must be 'gelu', 'swiglu', 'moe' or 'none', got {config.mlp!r}")
         self.dropout, self.prenorm = config.dropout, config.prenorm
 
     def forward(self, x, cache=None, need_weights=False):
         x = nn.residual(x, lambda h: self.attn(h, is_causal=True, cache=cache, need_weights=need_weights),
                         self.ln1, self.prenorm, self.dropout, self.training)
+        if self.mlp is None:
+            return x
         return nn.residual(x, self.mlp, self.ln2, self.prenorm)          # the MLP applies its own dropout
 
 
