@@ -3,8 +3,9 @@ import numpy as np
 import pytest
 
 from tinyattn.data import (CharCorpus, DateDataset, DigitStrips, NumberWords, SequenceTask, Vocab,
-                           bigram_bits_per_char, number_words, pad_batch, random_shifts)
+                           bigram_bits_per_char, number_words, pad_batch, random_shifts, repeated_tokens)
 from tinyattn.data.digits import WORDS
+from tinyattn.data.repeats import FIRST, SECOND
 
 
 def test_vocab_round_trip_and_padding():
@@ -78,3 +79,21 @@ def test_random_shifts_rolls_each_image_by_at_most_the_given_pixels():
                  if np.array_equal(np.roll(image, (dy, dx), axis=(1, 2)), moved)]
         assert len(rolls) == 1
     np.testing.assert_array_equal(random_shifts(images, np.random.default_rng(0), most=1), shifted)
+
+
+def test_repeated_tokens_copy_one_stretch_at_varying_periods():
+    tokens, part = repeated_tokens(400, 32, 16, 3, 10, np.random.default_rng(0))
+    assert tokens.shape == part.shape == (400, 32) and tokens.min() >= 0 and tokens.max() < 16
+    periods, spans = set(), set()
+    for row, marks in zip(tokens, part):
+        first, second = np.flatnonzero(marks == FIRST), np.flatnonzero(marks == SECOND)
+        assert len(first) == len(second) and 3 <= len(first) <= 10
+        assert (np.diff(first) == 1).all() and (np.diff(second) == 1).all() and first[-1] < second[0]
+        np.testing.assert_array_equal(row[first], row[second])
+        periods.add(second[0] - first[0])
+        spans.add(len(first))
+    assert len(periods) > 15 and spans == set(range(3, 11))        # no fixed offset, every span drawn
+    again = repeated_tokens(400, 32, 16, 3, 10, np.random.default_rng(0))
+    np.testing.assert_array_equal(again[0], tokens)
+    with pytest.raises(ValueError, match="max_span=20"):
+        repeated_tokens(1, 32, 16, 3, 20, np.random.default_rng(0))

@@ -3,6 +3,7 @@ move a batch to a device with tinyattn.tensor(batch, device=...)."""
 from .dates import DateDataset, make_date
 from .digits import DigitCanvases, DigitStrips, load_digits, random_shifts
 from .numbers import NumberWords, number_words
+from .repeats import repeated_tokens
 from .sequences import SequenceTask
 from .text import CharCorpus, bigram_bits_per_char
 from .vocab import Vocab, batches, pad_batch
