@@ -97,3 +97,11 @@ def test_repeated_tokens_copy_one_stretch_at_varying_periods():
     np.testing.assert_array_equal(again[0], tokens)
     with pytest.raises(ValueError, match="max_span=20"):
         repeated_tokens(1, 32, 16, 3, 20, np.random.default_rng(0))
+
+
+def test_repeated_tokens_distinct_repeat_only_in_the_copy():
+    tokens, part = repeated_tokens(200, 40, 48, 2, 12, np.random.default_rng(1), distinct=True)
+    for row, marks in zip(tokens, part):
+        assert len(set(row)) == len(row) - (marks == SECOND).sum()       # every repeat is a copied token
+    with pytest.raises(ValueError, match="vocab_size must be at least length"):
+        repeated_tokens(1, 40, 39, 2, 12, np.random.default_rng(0), distinct=True)
