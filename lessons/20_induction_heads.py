@@ -205,7 +205,8 @@ viz.save(fig, plot_path(args, "20_head_scores.png"))
 # token of the second copy attends to the token *after* its first occurrence, the one it is about to predict.
 
 # %%
-picture = score_tokens[:1, :2 * min(half, 12)]
+shown = min(half, 12)                                      # a short [r, r], so its tokens can be read
+picture, _ = repeated_tokens(1, 2 * shown, vocab, shown, shown, np.random.default_rng(args.seed + 3), distinct=True)
 weights = attention_weights(model, picture)
 labels = [str(t) for t in picture[0]]
 fig, axes = viz.plt.subplots(1, 2, figsize=(13, 5.5), layout="constrained")      # bridge: viz.head_pattern
@@ -218,8 +219,10 @@ viz.save(fig, plot_path(args, "20_induction_stripe.png"))
 # %% [markdown]
 # ## Ablation: remove a head, measure what is lost
 # Replace one head's output by its mean over the batch and positions (mean ablation: the head keeps its average
-# contribution but no longer tells one token from another) and measure the in-context gain again. If the two heads
-# form the circuit, removing either should take most of the gain with it; a head outside it, little.
+# contribution but no longer tells one token from another) and measure the in-context gain again, one head at a
+# time. A head the lookup depends on takes much of the gain with it; a head outside the circuit, little. Where two
+# heads share a role (two previous-token heads, or two induction heads, as some seeds give), removing one leaves the
+# other to do part of the work, and each takes less.
 
 # %%
 @contextlib.contextmanager
