@@ -82,3 +82,113 @@ def test_recording_names_what_is_missing():
         model(ids())
     with pytest.raises(KeyError, match=r"nothing was recorded for 'blocks.0.mlp'; recorded: 'blocks.0'"):
         cache["blocks.0.mlp"]
+
+
+# -- interventions, against a 1-layer attention-only GPT written out by hand ---------------------------------------
+def by_hand(model, tokens, change=None):
+    """The logits of a 1-layer attention-only GPT in NumPy, and each head's output z (B, T, H, head_dim); change(z)
+    returns the z that out_proj then reads (a head ablated or patched)."""
+    p = {name: w.numpy() for name, w in model.named_parameters()}
+    layer_norm = lambda x, w, b: (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5) * w + b
+    tokens = tokens.numpy()
+    b, t = tokens.shape
+    h = model.config.num_heads
+    x = p["tok_emb.weight"][tokens] + p["pos_emb.weight"][:t]
+    q, k, v = np.split(layer_norm(x, p["blocks.0.ln1.weight"], p["blocks.0.ln1.bias"]) @ p["blocks.0.attn.qkv.weight"].T
+                       + p["blocks.0.attn.qkv.bias"], 3, axis=-1)
+    q, k, v = (a.reshape(b, t, h, -1).transpose(0, 2, 1, 3) for a in (q, k, v))       # (B, H, T, head_dim)
+    scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(q.shape[-1])
+    scores = np.where(np.tri(t, dtype=bool), scores, -np.inf)
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    weights /= weights.sum(-1, keepdims=True)
+    z = (weights @ v).transpose(0, 2, 1, 3)                                              # (B, T, H, head_dim)
+    read = z if change is None else change(z.copy())
+    attended = read.reshape(b, t, -1) @ p["blocks.0.attn.out_proj.weight"].T + p["blocks.0.attn.out_proj.bias"]
+    x = x + attended
+    return layer_norm(x, p["ln_f.weight"], p["ln_f.bias"]) @ p["head.weight"].T, z
+
+
+def one_layer():
+    return gpt(n_layer=1, mlp="none")
+
+
+def test_the_hand_written_forward_is_the_models():
+    model, x = one_layer(), ids()
+    assert np.allclose(by_hand(model, x)[0], model(x).numpy(), atol=1e-12)
+
+
+def zeroed(*heads):
+    def change(z):
+        z[:, :, list(heads)] = 0.0
+        return z
+    return change
+
+
+@pytest.mark.parametrize("heads", [[1], [0, 3]])
+def test_zero_ablation_removes_exactly_those_heads_contributions(heads):
+    model, x = one_layer(), ids()
+    before = model(x).numpy()
+    with interpret.ablate_heads(model, {"blocks.0.attn": heads}):
+        ablated = model(x).numpy()
+    expected, _ = by_hand(model, x, zeroed(*heads))
+    assert np.allclose(ablated, expected, atol=1e-12) and not np.allclose(ablated, before, atol=1e-3)
+    assert np.array_equal(model(x).numpy(), before) and hooks(model) == 0          # restored
+
+
+def test_mean_ablation_puts_each_heads_mean_over_batch_and_positions_in_its_place():
+    model, x = one_layer(), ids(batch=3)
+    _, z = by_hand(model, x)
+
+    def to_mean_of(source):
+        def change(z):
+            z[:, :, 2] = source[:, :, 2].mean(axis=(0, 1))
+            return z
+        return change
+    with interpret.ablate_heads(model, {"blocks.0.attn": [2]}, how="mean"):
+        ablated = model(x).numpy()
+    assert np.allclose(ablated, by_hand(model, x, to_mean_of(z))[0], atol=1e-12)
+    other = ids(batch=5, length=4, seed=3)                        # a mean from another run, of other shapes
+    with interpret.record(model) as cache:
+        model(other)
+    with interpret.ablate_heads(model, {"blocks.0.attn": [2]}, how="mean", mean_from=cache):
+        ablated = model(x).numpy()
+    assert np.allclose(ablated, by_hand(model, x, to_mean_of(by_hand(model, other)[1]))[0], atol=1e-12)
+
+
+def test_patching_a_head_from_a_recorded_run_reproduces_that_runs_head_output():
+    model, clean, corrupt = one_layer(), ids(seed=1), ids(seed=2)
+    with interpret.record(model) as source:
+        model(clean)
+    with interpret.patch_heads(model, {"blocks.0.attn": [3]}, source=source), interpret.record(model) as patched:
+        logits = model(corrupt).numpy()
+    z_clean, z_corrupt = source.heads["blocks.0.attn"].numpy(), by_hand(model, corrupt)[1]
+    z_patched = patched.heads["blocks.0.attn"].numpy()                # what out_proj read
+    assert np.array_equal(z_patched[:, :, 3], z_clean[:, :, 3])
+    assert np.allclose(z_patched[:, :, :3], z_corrupt[:, :, :3], atol=1e-12)
+
+    def clean_head_3(z):
+        z[:, :, 3] = z_clean[:, :, 3]
+        return z
+    assert np.allclose(logits, by_hand(model, corrupt, clean_head_3)[0], atol=1e-12)
+    assert hooks(model) == 0
+
+
+def test_interventions_refuse_what_they_cannot_do_and_leave_no_hook():
+    model = one_layer()
+    with interpret.record(model) as source:
+        model(ids(length=9))
+    with pytest.raises(ValueError, match=r"source's heads of 'blocks.0.attn' are \(B, L, H, head_dim\) = "
+                                         r"\(2, 9, 4, 4\), this run's \(2, 7, 4, 4\)"):
+        with interpret.patch_heads(model, {"blocks.0.attn": [0]}, source=source):
+            model(ids(length=7))
+    with pytest.raises(KeyError, match="source holds no heads of 'blocks.0.attn'"):
+        interpret.patch_heads(model, {"blocks.0.attn": [0]}, source=interpret.Recording())
+    with pytest.raises(IndexError, match="'blocks.0.attn' has 4 heads \\(0 to 3\\), got head 4"):
+        with interpret.ablate_heads(model, {"blocks.0.attn": [4]}):
+            pass
+    with pytest.raises(TypeError, match="'blocks.0.ln1' is a LayerNorm, not an nn.MultiHeadAttention"):
+        with interpret.ablate_heads(model, {"blocks.0.ln1": [0]}):
+            pass
+    with pytest.raises(ValueError, match="how must be 'zero' or 'mean'"):
+        interpret.ablate_heads(model, {"blocks.0.attn": [0]}, how="resample")
+    assert hooks(model) == 0
