@@ -192,3 +192,63 @@ def test_interventions_refuse_what_they_cannot_do_and_leave_no_hook():
     with pytest.raises(ValueError, match="how must be 'zero' or 'mean'"):
         interpret.ablate_heads(model, {"blocks.0.attn": [0]}, how="resample")
     assert hooks(model) == 0
+
+
+# -- head scores on hand-made patterns --------------------------------------------------------------------------------
+def pattern(t, targets):
+    """A (T, T) causal pattern: query i puts all its weight on targets(i) (position 0 and any i without one: on
+    itself)."""
+    w = np.zeros((t, t))
+    for i in range(t):
+        w[i, targets(i) if targets(i) is not None else i] = 1.0
+    return w
+
+
+def test_previous_token_score_of_a_perfect_pattern_is_1_and_of_uniform_attention_its_mean_of_1_over_i():
+    t = 8
+    uniform = np.tril(np.ones((t, t))) / np.arange(1, t + 1)[:, None]
+    heads = np.stack([pattern(t, lambda i: i - 1 if i else None), uniform, np.eye(t)])          # (H, T, T)
+    scores = interpret.previous_token_score([ta.tensor(heads[None].repeat(2, axis=0))])
+    assert scores.shape == (1, 3)
+    assert np.allclose(scores[0], [1.0, np.mean(1 / np.arange(2, t + 1)), 0.0], atol=1e-15)
+
+
+def repeated(period, batch=2, seed=0):
+    """Random sequences of period distinct tokens, repeated once: (B, 2 * period)."""
+    rng = np.random.default_rng(seed)
+    return np.tile(np.stack([rng.permutation(50)[:period] for _ in range(batch)]), 2)
+
+
+def test_induction_and_duplicate_scores_of_perfect_patterns_are_1_and_tell_the_two_apart():
+    period = 6
+    tokens = repeated(period)
+    t = 2 * period
+    induction = pattern(t, lambda i: i - period + 1 if i >= period else None)     # the token after the first copy
+    duplicate = pattern(t, lambda i: i - period if i >= period else None)         # the first copy itself
+    previous = pattern(t, lambda i: i - 1 if i else None)
+    layers = [np.stack([previous, duplicate])[None].repeat(2, axis=0),
+              np.stack([induction, duplicate])[None].repeat(2, axis=0)]          # (B, H, T, T) each
+    assert np.array_equal(interpret.induction_score(layers, tokens), [[0.0, 0.0], [1.0, 0.0]])
+    assert np.array_equal(interpret.duplicate_token_score(layers, ta.tensor(tokens)), [[0.0, 1.0], [0.0, 1.0]])
+    assert np.allclose(interpret.previous_token_score(layers), [[1.0, 0.0], [0.0, 0.0]], atol=1e-15)
+    half = [(induction + duplicate)[None, None] / 2]                              # half on each target
+    assert np.allclose(interpret.induction_score(half, tokens[:1]), 0.5, atol=1e-15)
+
+
+def test_induction_score_counts_every_earlier_copy_and_only_queries_that_have_one():
+    tokens = np.array([[4, 5, 4, 6, 4]])          # position 2 repeats 0 (target 1); 4 repeats 0 and 2 (targets 1, 3)
+    w = np.zeros((1, 1, 5, 5))
+    w[0, 0, 2, 1] = 1.0                           # all on its target
+    w[0, 0, 4, [1, 3]] = 0.25                     # half on its targets
+    w[0, 0, [0, 1, 3], 0] = 1.0                   # queries without an earlier copy: not counted
+    assert np.isclose(interpret.induction_score([w], tokens)[0, 0], (1.0 + 0.5) / 2)
+
+
+def test_head_scores_refuse_inputs_without_an_answer():
+    with pytest.raises(ValueError, match="no query position has a target"):
+        interpret.induction_score([np.ones((1, 1, 3, 3)) / 3], np.array([[1, 2, 3]]))
+    with pytest.raises(ValueError, match=r"tokens give targets for \(B, T, T\) = \(1, 4, 4\), the weights are "
+                                         r"\(B, T, T\) = \(1, 3, 3\)"):
+        interpret.duplicate_token_score([np.ones((1, 1, 3, 3))], np.array([[1, 2, 1, 1]]))
+    with pytest.raises(ValueError, match=r"one shape, got shapes \[\(1, 2, 3, 3\), \(1, 2, 4, 4\)\]"):
+        interpret.previous_token_score([np.ones((1, 2, 3, 3)), np.ones((1, 2, 4, 4))])
