@@ -252,3 +252,23 @@ def test_head_scores_refuse_inputs_without_an_answer():
         interpret.duplicate_token_score([np.ones((1, 1, 3, 3))], np.array([[1, 2, 1, 1]]))
     with pytest.raises(ValueError, match=r"one shape, got shapes \[\(1, 2, 3, 3\), \(1, 2, 4, 4\)\]"):
         interpret.previous_token_score([np.ones((1, 2, 3, 3)), np.ones((1, 2, 4, 4))])
+
+
+# -- attention rollout --------------------------------------------------------------------------------------------------
+def test_rollout_of_two_layers_by_hand():
+    """Layer 1: token 2 reads token 1 (head 0) or itself (head 1); layer 2: token 1 reads token 0 (head 0) or itself.
+    With the residual (identity added, rows renormalised) and the top layer on the left, token 2 ends up with nothing
+    of token 0: token 1 read token 0 only after token 2 had read token 1."""
+    eye = np.eye(3)
+    layer1 = np.stack([eye, eye])
+    layer1[0, 2] = [0, 1, 0]
+    layer2 = np.stack([eye, eye])
+    layer2[0, 1] = [1, 0, 0]
+    # per layer: (heads' mean + I) / 2, i.e. row 2 of layer 1 = (0, 1/4, 3/4), row 1 of layer 2 = (1/4, 3/4, 0)
+    expected = np.array([[1, 0, 0], [0.25, 0.75, 0], [0, 0.25, 0.75]])       # layer 2's matrix @ layer 1's
+    rollout = interpret.attention_rollout([ta.tensor(np.stack([layer1, np.stack([eye, eye])])),
+                                           np.stack([layer2, np.stack([eye, eye])])])
+    assert rollout.shape == (2, 3, 3)
+    assert np.allclose(rollout[0], expected, atol=1e-15) and np.allclose(rollout[1], eye, atol=1e-15)
+    with pytest.raises(ValueError, match=r"got shapes \[\(3, 3\)\]"):
+        interpret.attention_rollout([eye])
