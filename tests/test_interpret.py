@@ -78,7 +78,7 @@ def test_recording_names_what_is_missing():
         with interpret.record(model, names=["blocks.2.attn"]):
             pass
     assert hooks(model) == 0
-    with interpret.record(model, names=["blocks.0"]) as cache:
+    with interpret.record(model, names="blocks.0") as cache:                # one name, as it is
         model(ids())
     with pytest.raises(KeyError, match=r"nothing was recorded for 'blocks.0.mlp'; recorded: 'blocks.0'"):
         cache["blocks.0.mlp"]

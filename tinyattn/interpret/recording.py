@@ -78,6 +78,8 @@ def record(model, names=None):
     nn.MultiHeadAttention's weights and per-head outputs (see Recording); names: only these modules (their dotted
     names, as named_modules() gives them). The attention modules keep their weights for the block's length even
     where the model does not ask for them; afterwards the hooks are gone and keep_weights is as it was."""
+    if isinstance(names, str):
+        names = [names]
     modules = dict(model.named_modules()) if names is None else submodules(model, names)
     cache = Recording()
     handles, switched = [], []
