@@ -26,14 +26,13 @@
 # token it read and nothing about where, and "the previous position" is the same relative offset everywhere.
 
 # %%
-import contextlib
 import os
 import time
 
 import numpy as np
 
 import tinyattn as ta
-from tinyattn import models, optim, viz
+from tinyattn import interpret, models, optim, viz
 from tinyattn.data import repeated_tokens
 from tinyattn.data.repeats import FIRST, SECOND
 from tinyattn.lesson import options, plot_path, progress, report
@@ -79,11 +78,13 @@ def copy_losses(model):
 # %% [markdown]
 # ## Head scores
 # Each score is one number per head: the attention it puts where a head of its kind would look, averaged over
-# query positions. They are measured on sequences made for them, a stretch of T/2 distinct random tokens followed by
-# a copy of itself ([r, r]), on which every token of the second half has exactly one earlier occurrence.
+# query positions (`tinyattn.interpret`, from the weights that `interpret.record` keeps of one forward).
 # *Previous-token score*: the weight of each position on the position before it.
-# *Induction score*: the weight of each token of the second half on the token after its earlier occurrence.
-# A perfect head of its kind scores 1.
+# *Induction score*: the weight of each token that occurred before on the tokens right after its earlier
+# occurrences. They are measured on sequences made for them, a stretch of T/2 distinct random tokens followed by a
+# copy of itself ([r, r]): every token of the second half has exactly one earlier occurrence, and its target is the
+# token after it. A perfect head of its kind scores 1. (The `induction_score` exercise has you write this one:
+# `python -m lessons check induction_score`.)
 
 # %%
 half = length // 2
@@ -92,24 +93,15 @@ score_tokens, _ = repeated_tokens(64, length, vocab, half, half, np.random.defau
 
 
 def attention_weights(model, tokens):
-    """A list over layers of (B, H, T, T) attention weights."""
-    with ta.no_grad():
-        _, weights = model(ta.tensor(tokens), return_attention=True)
-    return [w.numpy() for w in weights]
-
-
-def previous_token_score(weights):                   # bridge until tinyattn.interpret lands
-    return np.stack([np.diagonal(w, offset=-1, axis1=2, axis2=3).mean(axis=(0, 2)) for w in weights])
-
-
-def induction_score(weights, tokens):                # bridge, on [r, r] sequences only
-    h = tokens.shape[1] // 2
-    return np.stack([w[:, :, np.arange(h, 2 * h), np.arange(1, h + 1)].mean(axis=(0, 2)) for w in weights])
+    """A list over layers of (B, H, T, T) attention weights, recorded by tinyattn.interpret.record."""
+    with ta.no_grad(), interpret.record(model, [f"blocks.{i}.attn" for i in range(len(model.blocks))]) as cache:
+        model(ta.tensor(tokens))
+    return list(cache.attention.values())
 
 
 def scores(model):
     weights = attention_weights(model, score_tokens)
-    return previous_token_score(weights), induction_score(weights, score_tokens)
+    return interpret.previous_token_score(weights), interpret.induction_score(weights, score_tokens)
 
 # %% [markdown]
 # ## Training, and the phase change
@@ -189,14 +181,28 @@ print("previous-token score (layers x heads):\n" + np.array2string(previous, pre
 print("induction score (layers x heads):\n" + np.array2string(induction, precision=2))
 print(f"previous-token head: layer 0 head {prev_head} ({previous[0, prev_head]:.2f}); induction head: layer 1 head "
       f"{ind_head} ({induction[1, ind_head]:.2f})")
-fig, axes = viz.plt.subplots(1, 2, figsize=(8, 2.6), layout="constrained")        # bridge: viz.head_score_map
-for ax, table, title in zip(axes, (previous, induction), ("previous-token score", "induction score")):
-    image = ax.imshow(table, vmin=0, vmax=1, cmap="viridis")
-    for (i, j), value in np.ndenumerate(table):
-        ax.text(j, i, f"{value:.2f}", ha="center", va="center", color="white" if value < 0.5 else "black")
-    ax.set(title=title, xlabel="head", ylabel="layer", xticks=range(table.shape[1]), yticks=range(table.shape[0]))
-fig.colorbar(image, ax=list(axes))
+fig, axes = viz.plt.subplots(1, 2, figsize=(9, 2.6), layout="constrained")
+viz.head_score_map(previous, title="previous-token score", ax=axes[0])
+viz.head_score_map(induction, title="induction score", ax=axes[1])
 viz.save(fig, plot_path(args, "20_head_scores.png"))
+
+# %% [markdown]
+# ## Your own induction score
+# The score of every head again, computed by the `induction_score` exercise (lessons/exercises/induction_score.py)
+# once no TODO is left in it; until then by the bundled solution (or, in a student copy without solutions, the
+# library's). The line below says which ran. Both see the same recorded weights, so they must agree to rounding.
+
+# %%
+from lessons.checker import learners_or_bundled          # the repository root is on the path (tinyattn.lesson)
+
+own_induction_score, which = learners_or_bundled("induction_score", "induction_score",
+                                                 fallback=interpret.induction_score)
+print(f"the exercise's induction score: {which}")
+own = own_induction_score([w.numpy() for w in attention_weights(model, score_tokens)], score_tokens)
+own_score_err = float(np.abs(np.asarray(own) - induction).max())
+print(f"largest difference from tinyattn.interpret.induction_score: {own_score_err:.1e}")
+assert own_score_err < 1e-6, ("the exercise's induction score differs from the library's: python -m lessons check "
+                              "induction_score says where")
 
 # %% [markdown]
 # ## The stripe
@@ -208,12 +214,10 @@ viz.save(fig, plot_path(args, "20_head_scores.png"))
 shown = min(half, 12)                                      # a short [r, r], so its tokens can be read
 picture, _ = repeated_tokens(1, 2 * shown, vocab, shown, shown, np.random.default_rng(args.seed + 3), distinct=True)
 weights = attention_weights(model, picture)
-labels = [str(t) for t in picture[0]]
-fig, axes = viz.plt.subplots(1, 2, figsize=(13, 5.5), layout="constrained")      # bridge: viz.head_pattern
-viz.attention_heatmap(weights[0][0, prev_head], labels, labels, ax=axes[0], colorbar=False,
-                      title=f"layer 0 head {prev_head}: previous token")
-viz.attention_heatmap(weights[1][0, ind_head], labels, labels, ax=axes[1],
-                      title=f"layer 1 head {ind_head}: induction")
+fig, axes = viz.plt.subplots(1, 2, figsize=(13, 5.5), layout="constrained")
+viz.head_pattern(weights[0].numpy()[0, prev_head], picture[0], ax=axes[0],
+                 title=f"layer 0 head {prev_head}: previous token")
+viz.head_pattern(weights[1].numpy()[0, ind_head], picture[0], ax=axes[1], title=f"layer 1 head {ind_head}: induction")
 viz.save(fig, plot_path(args, "20_induction_stripe.png"))
 
 # %% [markdown]
@@ -225,30 +229,10 @@ viz.save(fig, plot_path(args, "20_induction_stripe.png"))
 # other to do part of the work, and each takes less.
 
 # %%
-@contextlib.contextmanager
-def ablate_heads(model, heads_by_name):           # bridge until tinyattn.interpret.ablate_heads(how="mean") lands
-    handles = []
-    for name, heads in heads_by_name.items():
-        attention = dict(model.named_modules())[name]
-
-        def hook(module, inputs, attention=attention, heads=heads):
-            x = inputs[0].numpy().copy()
-            width = attention.head_dim
-            for h in heads:
-                x[..., h * width:(h + 1) * width] = x[..., h * width:(h + 1) * width].mean(axis=(0, 1))
-            return (ta.tensor(x),)
-        handles.append(attention.out_proj.register_forward_pre_hook(hook))
-    try:
-        yield
-    finally:
-        for handle in handles:
-            handle.remove()
-
-
 gain_removed = {}
 for layer in range(2):
     for head in range(4):
-        with ablate_heads(model, {f"blocks.{layer}.attn": [head]}):
+        with interpret.ablate_heads(model, {f"blocks.{layer}.attn": [head]}, how="mean"):
             first, second = copy_losses(model)
         gain_removed[f"L{layer}H{head}"] = 1 - (first - second) / in_context_gain
 print("fraction of the in-context gain lost when one head is mean-ablated:\n  " +
