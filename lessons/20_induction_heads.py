@@ -7,19 +7,19 @@
 # training, a skill appears.
 #
 # The skill is the one Elhage et al. (2021, "A Mathematical Framework for Transformer Circuits") and Olsson et al.
-# (2022, "In-context Learning and Induction Heads") found in every Transformer they looked at: when the current
-# token A appeared earlier followed by B, predict B again ([A][B] ... [A] -> [B]). It takes two heads in two layers:
-# a *previous-token head* in layer 0, which writes "the token before me" into each position, and an *induction head*
-# in layer 1, whose query (the current token A) matches the keys of positions whose previous token was A, and
-# whose value copies the token found there (B) to the output.
+# (2022, "In-context Learning and Induction Heads") found in the Transformers of two layers and more they studied:
+# when the current token A appeared earlier followed by B, predict B again ([A][B] ... [A] -> [B]). It takes two
+# heads in two layers: a *previous-token head* in layer 0, which writes "the token before me" into each position,
+# and an *induction head* in layer 1, whose query (the current token A) matches the keys of positions whose
+# previous token was A, and whose value copies the token found there (B) to the output.
 #
 # The data make this the only way to win: random tokens, in which a stretch of random length is repeated once, a
 # random distance later (`tinyattn.data.repeated_tokens`). Nothing in the first copy can be predicted; the second
 # copy, from its second token on, can be, but only by looking up where the current token stood before, since no
 # fixed offset leads there. No token occurs twice but in the copy (each sequence is drawn without replacement), as
 # with the papers' vocabularies of tens of thousands of tokens: the token after an earlier occurrence is never
-# ambiguous. (With repeats by chance, a small model learns to match two or three tokens at once instead, a fuzzier
-# circuit with no clean previous-token head.)
+# ambiguous. (With repeats by chance, the small models tried for this lesson spread their layer-0 attention over
+# the last few tokens instead, matching several at once: a fuzzier circuit, with no clean previous-token head.)
 #
 # The model is attention-only (`GPTConfig(mlp="none")`), the setting of both papers, with rotary positions (RoPE,
 # lesson 07): position enters only the queries and keys, never the residual stream, so a head's output says which
@@ -177,8 +177,8 @@ viz.save(viz.curves({name: (np.arange(max_span), values) for name, values in by_
 # %%
 previous, induction = scores(model)
 prev_head, ind_head = int(previous[0].argmax()), int(induction[1].argmax())
-print("previous-token score (layers x heads):\n" + np.array2string(previous, precision=2))
-print("induction score (layers x heads):\n" + np.array2string(induction, precision=2))
+print("previous-token score (layers x heads):\n" + np.array2string(previous, precision=2, suppress_small=True))
+print("induction score (layers x heads):\n" + np.array2string(induction, precision=2, suppress_small=True))
 print(f"previous-token head: layer 0 head {prev_head} ({previous[0, prev_head]:.2f}); induction head: layer 1 head "
       f"{ind_head} ({induction[1, ind_head]:.2f})")
 fig, axes = viz.plt.subplots(1, 2, figsize=(9, 2.6), layout="constrained")
