@@ -226,7 +226,10 @@ viz.save(fig, plot_path(args, "20_induction_stripe.png"))
 # contribution but no longer tells one token from another) and measure the in-context gain again, one head at a
 # time. A head the lookup depends on takes much of the gain with it; a head outside the circuit, little. Where two
 # heads share a role (two previous-token heads, or two induction heads, as some seeds give), removing one leaves the
-# other to do part of the work, and each takes less.
+# other to do part of the work, and each takes less. A layer-0 head with no previous-token score may matter too: the
+# line after the chart gives each layer-0 head's mean weight on its own position. A head that mostly looks at itself
+# adds a transformed copy of the current token to the residual stream, which layer 1 may read instead of the token
+# itself (activation patching, `interpret.patch_heads`, is how one would find out).
 
 # %%
 gain_removed = {}
@@ -244,6 +247,8 @@ print(f"ablating the induction head removes {ablation_gain_removed:.0%} of the g
 viz.save(viz.bars(gain_removed, ylabel="fraction of the gain lost", fmt="{:.2f}",
                   title="in-context gain lost by ablating one head (L = layer, H = head)"),
          plot_path(args, "20_ablation.png"))
+own_position = np.diagonal(attention_weights(model, score_tokens)[0].numpy(), axis1=2, axis2=3).mean(axis=(0, 2))
+print("mean weight of each layer-0 head on its own position: " + " ".join(f"{w:.2f}" for w in own_position))
 
 # %% [markdown]
 # ## Why two layers: a one-layer control
