@@ -94,12 +94,10 @@ for d, i in list(zip(decoded, test))[:5]:
 # month name (or number), the day's to the day.
 
 # %%
-fig, axes = viz.plt.subplots(1, 3, figsize=(15, 4))
-for ax, row in zip(axes, range(3)):
-    i = test[row]
-    source = data.sources[i]
-    viz.attention_heatmap(weights[row, :11, :len(source)], list(source), list(decoded[row]) + ["<eos>"], ax=ax,
-                          title=f"{source} -> {decoded[row]}")
+sources = [data.sources[i] for i in test[:3]]
+fig = viz.attention_heatmaps([weights[row, :11, :len(source)] for row, source in enumerate(sources)],
+                             [list(source) for source in sources], [list(decoded[row]) + ["<eos>"] for row in range(3)],
+                             [f"{source} -> {decoded[row]}" for row, source in enumerate(sources)])
 viz.save(fig, plot_path(args, "02_dates_attention.png"))
 viz.save(viz.curves({"train loss": losses}, title="teacher-forced cross-entropy"),
          plot_path(args, "02_dates_loss.png"))

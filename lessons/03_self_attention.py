@@ -66,9 +66,8 @@ assert peak_unscaled > 0.9 > peak_scaled
 causal = np.tril(np.ones((len(tokens), len(tokens)), dtype=bool))
 masked_weights = F.attention_weights(ta.tensor(q), ta.tensor(k), attn_mask=ta.tensor(causal)).numpy()[0]
 assert (masked_weights[~causal] == 0).all()
-fig, axes = viz.plt.subplots(1, 2, figsize=(9, 3.6))
-viz.attention_heatmap(weights[0], tokens, tokens, ax=axes[0], title="self-attention")
-viz.attention_heatmap(masked_weights, tokens, tokens, ax=axes[1], title="with a causal mask")
+fig = viz.attention_heatmaps([weights[0], masked_weights], [tokens, tokens], [tokens, tokens],
+                             ["self-attention", "with a causal mask"])
 viz.save(fig, plot_path(args, "03_self_attention.png"))
 
 # %% [markdown]
@@ -217,12 +216,7 @@ assert broken > 1e-3
 # %%
 long_table = nn.sinusoidal_table(64, 64).numpy()
 similarity = long_table @ long_table.T
-fig, axes = viz.plt.subplots(1, 2, figsize=(10, 3.4))
-axes[0].imshow(long_table.T, cmap="RdBu", aspect="auto")
-axes[0].set(title="sinusoidal encoding (dims x positions)", xlabel="position", ylabel="dimension")
-axes[1].imshow(similarity, cmap="viridis")
-axes[1].set(title="dot product between positions", xlabel="position", ylabel="position")
-viz.save(fig, plot_path(args, "03_positions.png"))
+viz.save(viz.position_encoding(long_table), plot_path(args, "03_positions.png"))
 offsets_agree = float(np.abs(similarity[10, 15] - similarity[40, 45]))
 assert offsets_agree < 1e-4                    # same offset, same similarity, wherever it sits
 report(sdpa_max_abs_err=err_single, backward_max_abs_err=err_backward, multihead_max_abs_err=err_multi,
