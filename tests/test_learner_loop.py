@@ -90,9 +90,58 @@ def test_stepping_back_and_forth_inspecting_and_recovering_from_an_exception(tmp
     listing = term.expect("quit > ")
     assert "This one fails" in listing
     term.send("g 3\n")
+    assert "cell 2 before cell 3 has not run" in term.expect("now? [y/N] > ")    # it stopped with an error
+    term.send("n\n")
     term.expect("quit > ")
     term.send("\n")
     term.expect("y is 42")
+    term.expect("end of the lesson")
+    assert term.close() == 0
+
+
+JUMPS = """# %%
+x = 1
+
+# %%
+y = x + 1
+
+# %%
+z = y + 1
+
+# %%
+print("z is", z)
+"""
+
+
+def test_the_prompt_names_the_cell_r_reruns_and_a_jump_offers_the_cells_it_skips(tmp_path):
+    lesson = tmp_path / "99_jumps.py"
+    lesson.write_text(JUMPS)
+    code = f"from lessons import stepper; stepper.step_through({str(lesson)!r}, [])"
+    term = Terminal([sys.executable, "-c", code], cwd=ROOT)
+    assert "[Enter] run 1 · b back · r rerun: none ·" in term.expect("quit > ")
+    term.send("\n")                                        # cell 1 runs
+    assert "r rerun 1 ·" in term.expect("quit > ")
+    term.send("g 1\n")                                     # back to a cell that ran: r means it, nothing to offer
+    shown = term.expect("quit > ")
+    assert "cell 1/4" in shown and "[Enter] run 1 · b back · r rerun 1 ·" in shown and "have not run" not in shown
+    term.send("g 4\n")                                     # ahead past cells 2 and 3
+    assert "cells 2, 3 before cell 4 have not run" in term.expect("now? [y/N] > ")
+    term.send("n\n")
+    shown = term.expect("quit > ")
+    assert "cell 4/4" in shown and "r rerun: none" in shown  # cell 4 has not run: r has nothing to rerun
+    term.send("\n")
+    failure = term.expect("quit > ")
+    assert "NameError: name 'z' is not defined" in failure and "r rerun 4 ·" in failure
+    term.send("l\n")
+    listing = term.expect("quit > ").splitlines()
+    assert [line[:5] for line in listing if line[3:5].strip().isdigit()] == [" +  1", "    2", "    3", ">x  4"]
+    term.send("g 4\n")
+    assert "cells 2, 3 before cell 4 have not run" in term.expect("now? [y/N] > ")
+    term.send("y\n")
+    shown = term.expect("quit > ")
+    assert "running cell 2" in shown and "running cell 3" in shown and "r rerun 4 ·" in shown
+    term.send("r\n")
+    term.expect("z is 3")
     term.expect("end of the lesson")
     assert term.close() == 0
 
