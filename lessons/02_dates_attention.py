@@ -14,7 +14,7 @@ import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import models, optim, viz
 from tinyattn.data import DateDataset, batches
-from tinyattn.lesson import options, plot_path, progress, report
+from tinyattn.lesson import options, plot_path, progress, quick_note, report
 
 args = options(__doc__)                 # also seeds tinyattn's generator: --seed N
 data = DateDataset(n=1500 if args.quick else 12000)
@@ -84,7 +84,7 @@ for row, i in enumerate(test):
         hits += start <= weights[row, position].argmax() < end
         total += 1
 alignment = hits / total
-print(f"test exact match {exact:.3f}, attention alignment {alignment:.3f}")
+print(f"test exact match {exact:.3f}, attention alignment {alignment:.3f}" + quick_note(args))
 for d, i in list(zip(decoded, test))[:5]:
     print(f"  {data.sources[i]!r:32} -> {d}  (gold {data.targets[i]})")
 

@@ -17,7 +17,7 @@ import numpy as np
 import tinyattn as ta
 from tinyattn import models, optim, viz
 from tinyattn.data import CharCorpus, bigram_bits_per_char
-from tinyattn.lesson import expect_speedup, options, plot_path, progress, report
+from tinyattn.lesson import expect_speedup, options, plot_path, progress, quick_note, report
 
 args = options(__doc__)                 # also seeds tinyattn's generator: --seed N
 corpus = CharCorpus(max_chars=60_000 if args.quick else None)
@@ -160,7 +160,7 @@ with ta.no_grad():
     val_losses = [model(ta.tensor(x), ta.tensor(y))[1].item()
                   for x, y in (corpus.batch("val", 8, block, eval_rng) for _ in range(4 if args.quick else 32))]
 val_bpc = float(np.mean(val_losses) / np.log(2))
-print(f"GPT: {val_bpc:.3f} bits per character, {val_bpc / bigram_bpc:.2f} x the bigram model's")
+print(f"GPT: {val_bpc:.3f} bits per character, {val_bpc / bigram_bpc:.2f} x the bigram model's" + quick_note(args))
 
 # %% [markdown]
 # ## Sampling, and what the KV cache saves

@@ -19,7 +19,7 @@ import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import models, optim, viz
 from tinyattn.data import DigitCanvases, batches, random_shifts
-from tinyattn.lesson import options, plot_path, progress, report
+from tinyattn.lesson import options, plot_path, progress, quick_note, report
 
 args = options(__doc__)                 # also seeds tinyattn's generator: --seed N
 data = DigitCanvases(canvas=16, scale=2, jitter=False)
@@ -73,7 +73,7 @@ for epoch in (bar := progress(range(epochs), desc="epochs")):
     bar.set_postfix(val_acc=f"{history[-1]:.3f}")
 test_acc = accuracy(model, data.split["test"])
 print(f"test accuracy {test_acc:.3f} on {len(data.split['test'])} images (one image is "
-      f"{100 / len(data.split['test']):.2f} points)")
+      f"{100 / len(data.split['test']):.2f} points)" + quick_note(args))
 
 # %% [markdown]
 # ## Where does the class token look?

@@ -29,7 +29,7 @@ import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import models, optim, viz
 from tinyattn.data import DigitCanvases, batches, random_shifts
-from tinyattn.lesson import options, plot_path, progress, report
+from tinyattn.lesson import options, plot_path, progress, quick_note, report
 
 args = options(__doc__)
 # 8x8 digits upscaled to 16x16 and centred on an 18x18 canvas, cut into 6x6 patches: a 3x3 grid of patches, each
@@ -95,7 +95,7 @@ for position in schemes:
     trained[position], test_acc[position], seconds[position] = train_vit(position)
 
 # %%
-print(f"{'scheme':10} {'test accuracy':>13} {'seconds':>8}")
+print(f"{'scheme':10} {'test accuracy':>13} {'seconds':>8}" + quick_note(args))
 for position in schemes:
     print(f"{position:10} {test_acc[position]:13.3f} {seconds[position]:8.1f}")
 with_positions = [p for p in schemes if p != "none"]

@@ -21,7 +21,7 @@ import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import models, nn, optim, viz
 from tinyattn.data import DigitCanvases, batches, random_shifts
-from tinyattn.lesson import options, plot_path, progress, report
+from tinyattn.lesson import options, plot_path, progress, quick_note, report
 
 args = options(__doc__)                 # also seeds tinyattn's generator: --seed N
 patch = 4
@@ -73,7 +73,7 @@ def fit(side, epochs, lr):
 seconds = fit(16, epochs, 3e-3)
 trained_table = model.pos_embed
 train_res_acc = accuracy(16)
-print(f"test accuracy at 16x16, the training size: {train_res_acc:.3f} ({seconds:.0f} s)")
+print(f"test accuracy at 16x16, the training size: {train_res_acc:.3f} ({seconds:.0f} s)" + quick_note(args))
 
 # %% [markdown]
 # ## Three ways to give a larger grid its positions

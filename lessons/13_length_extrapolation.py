@@ -25,7 +25,7 @@ import numpy as np
 import tinyattn as ta
 from tinyattn import models, optim, viz
 from tinyattn.data import CharCorpus, bigram_bits_per_char
-from tinyattn.lesson import options, plot_path, progress, report
+from tinyattn.lesson import options, plot_path, progress, quick_note, report
 
 args = options(__doc__)
 corpus = CharCorpus(max_chars=60_000 if args.quick else None)
@@ -86,7 +86,7 @@ def bits_per_position(model, windows=8 if args.quick else 256):
 
 per_position = {p: bits_per_position(m) for p, m in models_by_scheme.items()}
 bpc = {p: [float(b[:train_len].mean()), float(b.mean())] for p, b in per_position.items()}
-print(f"{'scheme':11} {'at T':>6} {'at 2T':>6} {'past T only':>12} {'train s':>8}")
+print(f"{'scheme':11} {'at T':>6} {'at 2T':>6} {'past T only':>12} {'train s':>8}" + quick_note(args))
 for p in schemes:
     print(f"{p:11} {bpc[p][0]:6.3f} {bpc[p][1]:6.3f} {per_position[p][train_len:].mean():12.3f} {seconds[p]:8.1f}")
 smooth = lambda b: np.convolve(b, np.ones(8) / 8, mode="valid")

@@ -23,7 +23,7 @@ import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import models, optim, viz
 from tinyattn.data import DigitCanvases, batches, random_shifts
-from tinyattn.lesson import options, plot_path, progress, report
+from tinyattn.lesson import options, plot_path, progress, quick_note, report
 
 args = options(__doc__)
 data = DigitCanvases(canvas=16, scale=2, jitter=False)
@@ -125,7 +125,8 @@ for seed in seeds:
         acc[kind].append(a)
         seconds[kind].append(s)
 mean = {kind: float(np.mean(acc[kind])) for kind in kinds}
-print(f"{'student':10} {'parameters':>10} {'seconds':>8}   test accuracy, seeds {', '.join(map(str, seeds))} -> mean")
+print(f"{'student':10} {'parameters':>10} {'seconds':>8}   test accuracy, seeds {', '.join(map(str, seeds))} -> mean"
+      + quick_note(args))
 for kind in kinds:
     print(f"{kind:10} {students[kind].num_parameters():10,} {np.mean(seconds[kind]):8.1f}   "
           + ", ".join(f"{a:.3f}" for a in acc[kind]) + f" -> {mean[kind]:.3f}")

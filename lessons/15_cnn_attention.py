@@ -27,7 +27,7 @@ import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import models, optim, viz
 from tinyattn.data import DigitCanvases, batches
-from tinyattn.lesson import options, plot_path, progress, report
+from tinyattn.lesson import options, plot_path, progress, quick_note, report
 
 args = options(__doc__)
 data = DigitCanvases(canvas=16, scale=2, jitter=False)
@@ -145,7 +145,7 @@ for name, build in builders.items():
         trained.setdefault(name, model)                                      # keep the first seed's model to look at
 
 # %%
-print(f"{'model':32} {'params':>7} {'test accuracy per seed':>24} {'mean':>6} {'s/epoch':>8}")
+print(f"{'model':32} {'params':>7} {'test accuracy per seed':>24} {'mean':>6} {'s/epoch':>8}" + quick_note(args))
 mean = {}
 for name, rows in runs.items():
     accs = [acc for acc, _ in rows]

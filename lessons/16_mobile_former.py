@@ -24,7 +24,7 @@ import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import models, optim, viz
 from tinyattn.data import DigitCanvases, batches
-from tinyattn.lesson import options, plot_path, progress, report
+from tinyattn.lesson import options, plot_path, progress, quick_note, report
 
 args = options(__doc__)
 data = DigitCanvases(canvas=16, scale=2, jitter=False)
@@ -113,7 +113,7 @@ for name, build in builders.items():
         kept.setdefault(name, net)
 
 # %%
-print(f"{'model':30} {'params':>7} {'test accuracy per seed':>24} {'mean':>6} {'seconds':>8}")
+print(f"{'model':30} {'params':>7} {'test accuracy per seed':>24} {'mean':>6} {'seconds':>8}" + quick_note(args))
 mean = {}
 for name, rows in results.items():
     mean[name] = float(np.mean([r["acc"] for r in rows]))

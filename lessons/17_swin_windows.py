@@ -22,7 +22,7 @@ import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import models, nn, optim, viz
 from tinyattn.data import DigitCanvases, batches
-from tinyattn.lesson import options, plot_path, progress, report
+from tinyattn.lesson import options, plot_path, progress, quick_note, report
 
 args = options(__doc__)
 grid, M = 8, 4                    # an 8x8 map of tokens, windows of 4x4 (the digits Swin's first stage)
@@ -175,7 +175,7 @@ swin.eval()
 with ta.no_grad():
     swin_acc = float((swin(ta.tensor(data.images[test])).numpy().argmax(-1) == data.labels[test]).mean())
 print(f"Swin: test accuracy {swin_acc:.3f} after {epochs} epochs ({time.perf_counter() - start:.0f} s), "
-      f"{swin.num_parameters():,} parameters")
+      f"{swin.num_parameters():,} parameters" + quick_note(args))
 
 # %%
 blocks = list(swin.stages[0])[:2]                     # stage 1: the plain block, then the shifted one

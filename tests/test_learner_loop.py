@@ -180,7 +180,10 @@ def test_a_lesson_as_a_notebook_runs_anywhere_and_shows_its_figures(tmp_path):
     outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
     assert any("image/png" in o.get("data", {}) for o in outputs)              # figures inline
     assert list((tmp_path / "figures").glob("03_*.png"))                        # and written to disk
-    assert any("RESULT" in o.get("text", "") for o in outputs)
+    shown = "".join(o.get("text", "") for o in outputs)
+    assert "hand-written vs F.scaled_dot_product_attention" in shown                # what the lesson prints
+    assert "RESULT" not in shown and "figure: " not in shown and str(tmp_path / "figures") not in shown
+    assert not [o for o in outputs if o["output_type"] == "execute_result"]      # no value echoed under a cell
 
 
 def test_the_attention_explorer_in_a_notebook_has_sliders(tmp_path):

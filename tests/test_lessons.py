@@ -5,8 +5,11 @@ import os
 import pathlib
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
+
+from tinyattn import lesson as lesson_module
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 LESSONS = sorted((ROOT / "lessons").glob("[0-9][0-9]_*.py"))
@@ -53,6 +56,9 @@ def test_lesson_quick_run(lesson, tmp_path):
     metrics = json.loads(lines[0][len("RESULT "):])
     missing = EXPECTED_KEYS[lesson.name[:2]] - set(metrics)
     assert not missing, f"RESULT lacks {missing}"
+    if lesson.name[:2] not in ("03", "04", "19"):                         # the lessons that train
+        note = lesson_module.quick_note(SimpleNamespace(quick=True))
+        assert note in result.stdout, "a quick run's accuracies and losses must say it is too small to learn"
     figures = list(tmp_path.glob("*.png"))
     assert figures, "the lesson wrote no figure"
     assert all(f.name.startswith(lesson.name[:2]) for f in figures)

@@ -1,7 +1,8 @@
 """Seeing what a model does: the lessons' figures (figures.py), the autograd graph behind a tensor (graph.py),
 attention maps to explore by layer, head and query (explorer.py), and where a figure goes once drawn (display.py).
 The figures take host NumPy arrays (call Tensor.numpy() first) and return a matplotlib figure; draw_graph takes the
-tensor whose graph it draws, explore_attention returns an explorer, save returns the path it wrote."""
+tensor whose graph it draws, explore_attention returns an explorer, save returns the path it wrote (in a notebook
+None: the figure shown is the cell's output)."""
 import matplotlib.pyplot as plt  # noqa: F401  (lessons lay out their own figures with viz.plt)
 
 from .display import save
