@@ -219,8 +219,9 @@ assert broken > 1e-3
 # %% [markdown]
 # ## The sinusoidal table: a shift is a rotation
 # Columns 2i and 2i+1 hold sin(p w_i) and cos(p w_i) for position p, at frequencies w_i = 10000^(-2i/d) that fall
-# geometrically from 1 to about 1/10000. Why this helps attention find relative offsets: moving k positions on
-# turns each pair by the angle k w_i, since
+# geometrically from 1 to about 1/10000. Vaswani et al. (2017, section 3.5) chose them because "for any fixed offset
+# k, PE_pos+k can be represented as a linear function of PE_pos" (derived in Dive into Deep Learning, d2l.ai, section
+# "Self-Attention and Positional Encoding"): moving k positions on turns each pair by the angle k w_i, since
 #     sin((p + k) w) =  cos(k w) sin(p w) + sin(k w) cos(p w)
 #     cos((p + k) w) = -sin(k w) sin(p w) + cos(k w) cos(p w),
 # so PE(p + k) = M_k PE(p), where M_k is block diagonal, one 2x2 rotation per frequency, and depends on k alone, not
@@ -262,4 +263,5 @@ print(f"queries projected by M_{k}: the strongest key is the one {k} places on a
 assert found.all()
 report(sdpa_max_abs_err=err_single, backward_max_abs_err=err_backward, multihead_max_abs_err=err_multi,
        equivariance_err=equivariance_err, positions_break_equivariance=broken,
-       softmax_peak_unscaled=float(peak_unscaled), softmax_peak_scaled=float(peak_scaled), shift_is_linear_err=shift_err)
+       softmax_peak_unscaled=float(peak_unscaled), softmax_peak_scaled=float(peak_scaled),
+       shift_is_linear_err=shift_err)

@@ -4,12 +4,11 @@
 # Self-attention treats its input as a set: permute the tokens and the output is permuted the same way (lesson 03
 # checks it). A ViT with nothing added to its patch tokens therefore sees a bag of patches, and pooling their mean
 # throws the order away for good. The ViT paper (Dosovitskiy et al. 2021, Appendix D.4) trained one model with no
-# position information and with three ways of adding it; the course notes list them: none, learned 1-D (the paper's
-# default), learned 2-D (half the channels for the row, half for the column) and relative. The paper found that
-# leaving positions out costs some accuracy and that the way of adding them matters little. We replay that ablation
-# on digits, with the original Transformer's fixed sinusoids (in reading order, and the 2-D sin-cos of later ViTs)
-# beside the learned ones, then cut the same digits into smaller patches to see when a bag of patches stops being
-# enough:
+# position information and with three ways of adding it: none, learned 1-D (the paper's default), learned 2-D (half
+# the channels for the row, half for the column) and relative. The paper found that leaving positions out costs some
+# accuracy and that the way of adding them matters little. We replay that ablation on digits, with the original
+# Transformer's fixed sinusoids (in reading order, and the 2-D sin-cos of later ViTs) beside the learned ones, then
+# cut the same digits into smaller patches to see when a bag of patches stops being enough:
 #
 # | scheme | what tells a token where it sits (g x g patches, width D, H heads) | learned numbers |
 # |---|---|---|

@@ -9,8 +9,8 @@
 #   the model to extrapolate to sequence lengths longer than the ones encountered during training"; the vectors past T
 #   exist, but the layers never saw them.
 # - **RoPE** (Su et al. 2021): rotate queries and keys by angles proportional to the position; the score q_m . k_n
-#   then depends on the positions only through m - n (shown below, for both ways of pairing channels). Past T the model meets offsets larger than any in training, but each offset it knows
-#   looks the same wherever it occurs.
+#   then depends on the positions only through m - n (shown below, for both ways of pairing channels). Past T the
+#   model meets offsets larger than any in training, but each offset it knows looks the same wherever it occurs.
 # - **none**: nothing added. A causal model can still tell positions apart (token t attends to t + 1 tokens, and
 #   can count them; Haviv et al. 2022), at some cost in accuracy.
 #

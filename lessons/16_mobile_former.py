@@ -1,9 +1,9 @@
 # %% [markdown]
 # # 16 · Mobile-Former: a CNN and a few global tokens, talking both ways
 #
-# Mobile-Former (Chen et al. 2022; course notes 002) runs a convolutional branch (Mobile) beside a Transformer over a
-# handful of global tokens (Former; M = 4 here, at most 6 in the paper), with two bridges of cross-attention in every
-# block:
+# Mobile-Former (Chen et al. 2022, "Mobile-Former: Bridging MobileNet and Transformer") runs a convolutional branch
+# (Mobile) beside a Transformer over a handful of global tokens (Former; M = 4 here, at most 6 in the paper), with
+# two bridges of cross-attention in every block:
 # - **Mobile -> Former**: the tokens are the queries and attend over every pixel of the feature map; the pixels serve
 #   as keys and values as they are, with no projections, which keeps the bridge cheap;
 # - **Former -> Mobile**: every pixel is a query (again as it is) and attends over the tokens, whose projections are

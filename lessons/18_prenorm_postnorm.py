@@ -2,8 +2,8 @@
 # # 18 · Pre-norm against post-norm in a deep stack, without warm-up
 #
 # The 2017 Transformer normalises after the residual add, x = LayerNorm(x + f(x)) (post-norm); GPT-2 and nearly
-# everything since normalise inside the residual branch, x = x + f(LayerNorm(x)) (pre-norm). The course notes (000,
-# "Tweaking Transformers") say the move makes training more stable; Xiong et al. (2020, "On Layer Normalization in
+# everything since normalise inside the residual branch, x = x + f(LayerNorm(x)) (pre-norm). Nguyen and Salazar
+# (2019, "Transformers without Tears") found pre-norm trains more stably; Xiong et al. (2020, "On Layer Normalization in
 # the Transformer Architecture") trace post-norm's need for a learning-rate warm-up to it, and find that pre-norm
 # trains without one.
 #
