@@ -50,7 +50,7 @@ def attention_heatmaps(maps, x_labels, y_labels, titles):
     """Attention matrices side by side, each as attention_heatmap draws it (its own tokens, title and colour bar):
     maps, x_labels, y_labels and titles are lists with one entry per panel. The layout keeps each panel's text
     (a colour bar's label, the next panel's tick labels) clear of the others'."""
-    width = sum(0.3 * numpy.shape(m)[1] + 2.6 for m in maps)
+    width = sum(0.25 * numpy.shape(m)[1] + 2.0 for m in maps)
     height = 0.3 * max(numpy.shape(m)[0] for m in maps) + 1.5
     fig, axes = plt.subplots(1, len(maps), figsize=(width, height), squeeze=False, layout="constrained")
     for ax, weights, xs, ys, title in zip(axes[0], maps, x_labels, y_labels, titles):
