@@ -8,8 +8,11 @@ import matplotlib.pyplot as plt
 
 
 def in_notebook():
-    """True inside a Jupyter kernel."""
-    return "ipykernel" in sys.modules
+    """True inside a Jupyter kernel (ipykernel imported, by a test say, is not one: the shell must have a kernel)."""
+    if "ipykernel" not in sys.modules:
+        return False
+    from IPython import get_ipython
+    return getattr(get_ipython(), "kernel", None) is not None
 
 
 def showing_windows():
