@@ -6,8 +6,8 @@
 # et al. 2021). The paper classifies the class token's final state and notes that the mean of the patch tokens'
 # final states (global average pooling) serves as well; this lesson's model classifies that mean (`pool="mean"`),
 # and its class token still attends without being read. With no convolution, everything about 2-D structure must
-# be learned: we look at what the position embeddings learn, where the class token attends, and how far each head
-# looks at each depth.
+# be learned: we look at what the position embeddings learn, where the class token attends (in the last block, and
+# rolled out through all of them), and how far each head looks at each depth.
 #
 # Data: scikit-learn's bundled 8x8 digits (1,797 images, no download), upscaled to 16x16 and cut into 4x4 patches:
 # 16 tokens plus the class token. About 1,260 training images is very little data for a ViT.
@@ -17,7 +17,7 @@ import numpy as np
 
 import tinyattn as ta
 import tinyattn.functional as F
-from tinyattn import models, optim, viz
+from tinyattn import interpret, models, optim, viz
 from tinyattn.data import DigitCanvases, batches, random_shifts
 from tinyattn.lesson import options, plot_path, progress, report
 
@@ -78,7 +78,14 @@ print(f"test accuracy {test_acc:.3f} on {len(data.split['test'])} images (one im
 # %% [markdown]
 # ## Where does the class token look?
 # The class token is not read by the classifier here (mean pooling), but it still attends: the last block's
-# attention from it to each patch, averaged over heads, laid on the image.
+# attention from it to each patch, averaged over heads, laid on the image (top row).
+#
+# That is one block's view. The tokens the last block reads are themselves mixtures that earlier blocks made, and
+# each block also passes every token on unchanged through its residual connection. Attention rollout (Abnar and
+# Zuidema 2020) follows the mixing down to the patches: per block, the heads' mean attention with the identity added
+# for the residual, rows renormalised to sum to 1; then the product over blocks, the last block's matrix on the left.
+# Its class-token row (bottom row) says how much of the class token's final state comes from each input patch, and
+# how much from the class token's own input.
 
 # %%
 model.eval()
@@ -86,11 +93,18 @@ test_rows = data.split["test"][:6]
 with ta.no_grad():
     _, maps = model(ta.tensor(data.images[test_rows]), return_attention=True)
 grid = model.patch_embed.grid
-fig, axes = viz.plt.subplots(1, 6, figsize=(14, 2.6), layout="constrained")
+rollout = interpret.attention_rollout(maps)                                  # (images, 1 + patches, 1 + patches)
+assert np.allclose(rollout.sum(-1), 1.0)
+fig, axes = viz.plt.subplots(2, 6, figsize=(14, 5), layout="constrained")
 cls_to_patches = maps[-1].numpy()[:, :, 0, 1:].mean(1)                     # (images, patches)
-for ax, image, weights, label in zip(axes, data.images[test_rows, 0], cls_to_patches, data.labels[test_rows]):
-    viz.patch_attention(image, weights, (grid, grid), ax=ax, title=f"label {label}")
+for column, (image, label) in enumerate(zip(data.images[test_rows, 0], data.labels[test_rows])):
+    viz.patch_attention(image, cls_to_patches[column], (grid, grid), ax=axes[0, column],
+                        title=f"label {label}: last block")
+    viz.patch_attention(image, rollout[column, 0, 1:], (grid, grid), ax=axes[1, column], title="rollout")
 viz.save(fig, plot_path(args, "08_vit_class_attention.png"))
+print(f"the class token's rollout keeps {rollout[:, 0, 0].mean():.2f} of its final state from its own input "
+      f"(mean over {len(test_rows)} images); the last block alone puts {maps[-1].numpy()[:, :, 0, 0].mean():.2f} "
+      "of its attention on it")
 
 # %% [markdown]
 # ## What the position embeddings learned
