@@ -8,7 +8,11 @@ it is tied to wte. ViT's query, key and value are separate Linears; its patch em
 import builtins
 import json
 import math
+import os
+import pathlib
 import struct
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -312,3 +316,48 @@ def test_tokenizer_reads_tokenizer_json(tmp_path):
     assert tokenizer.decode(ids) == "the cat sat" and tokenizer.decode(ta.tensor(ids)) == "the cat sat"
     assert tokenizer.tokens("the cat") == ["the", "Ġcat"] and len(ids) == 3
     assert tokenizer.vocab_size == bpe.get_vocab_size()
+
+
+# -- the lessons meet the real models (here: small ones in the same layouts) ---------------------------------------
+def run_lesson(name, weights, tmp_path):
+    root = pathlib.Path(__file__).resolve().parents[1]
+    env = {**os.environ, "TINYATTN_PLOTS": str(tmp_path / "plots"), "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([sys.executable, str(next((root / "lessons").glob(f"{name}_*.py"))), "--quick",
+                           "--weights", str(weights)], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=180, stdin=subprocess.DEVNULL)
+
+
+def result_of(completed):
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return json.loads(completed.stdout.rstrip().splitlines()[-1][len("RESULT "):])
+
+
+def test_lesson_06_meets_a_gpt2_folder_and_refuses_a_missing_one_in_one_line(tmp_path):
+    tokenizers = pytest.importorskip("tokenizers")
+    bpe = tokenizers.Tokenizer(tokenizers.models.BPE())
+    bpe.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = tokenizers.decoders.ByteLevel()
+    bpe.train_from_iterator(["The cat sat on the mat because the cat was tired."] * 5, tokenizers.trainers.BpeTrainer(
+        vocab_size=290, initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet()))
+    folder = tmp_path / "gpt2"
+    models.GPT(models.GPTConfig(vocab_size=bpe.get_vocab_size(), block_size=64, n_layer=2, num_heads=2, d_model=16,
+                                activation="gelu_tanh", tie_weights=True)).save_pretrained(folder)
+    bpe.save(str(folder / "tokenizer.json"))
+    metrics = result_of(run_lesson("06", folder, tmp_path))
+    assert 0 <= metrics["gpt2_prev_token_score_max"] <= 1
+    assert (tmp_path / "plots" / "06_gpt2_previous_token.png").exists()
+    missing = run_lesson("06", tmp_path / "nowhere", tmp_path)
+    assert missing.returncode != 0 and "Traceback" not in missing.stderr
+    assert missing.stderr.strip().splitlines() == [f"--weights {tmp_path / 'nowhere'}: {tmp_path / 'nowhere'} is not "
+                                                   "a folder; from_pretrained takes a folder holding config.json and "
+                                                   "model.safetensors, or a Hugging Face hub name such as 'gpt2'"]
+
+
+def test_lesson_08_classifies_the_sample_photo_with_a_vit_folder(tmp_path):
+    ta.manual_seed(0)
+    model = models.ViT(models.ViTConfig(image_size=32, patch_size=8, in_chans=3, num_classes=3, d_model=16, depth=2,
+                                        num_heads=2))
+    metrics = result_of(run_lesson("08", vit_files(tmp_path, model, {0: "cat", 1: "dog", 2: "fish"}), tmp_path))
+    assert metrics["pretrained_top_class"] in {"cat", "dog", "fish"}
+    assert 1 / 3 <= metrics["pretrained_top_probability"] <= 1
+    assert (tmp_path / "plots" / "08_vit_pretrained_class_attention.png").exists()
