@@ -16,7 +16,7 @@ import numpy as np
 
 import tinyattn as ta
 from tinyattn import hub, interpret, models, optim, viz
-from tinyattn.data import CharCorpus, bigram_bits_per_char
+from tinyattn.data import CharCorpus, Tokenizer, bigram_bits_per_char
 from tinyattn.lesson import expect_speedup, options, plot_path, progress, report
 
 args = options(__doc__, [("--weights", dict(default=None, help="meet GPT-2 at the end: a hub name (gpt2, needs the "
@@ -24,7 +24,7 @@ args = options(__doc__, [("--weights", dict(default=None, help="meet GPT-2 at th
 if args.weights is not None:           # read first, so a missing file or network stops the run before training
     try:
         gpt2 = models.GPT.from_pretrained(args.weights)
-        tokenizer = models.Tokenizer.from_pretrained(args.weights)
+        tokenizer = Tokenizer.from_pretrained(args.weights)
     except hub.PretrainedError as error:
         raise SystemExit(f"--weights {args.weights}: {error}")
 corpus = CharCorpus(max_chars=60_000 if args.quick else None)
@@ -224,7 +224,7 @@ explorer = viz.explore_attention(maps, chars, chars, title="GPT self-attention")
 # The model above is GPT-2's architecture at toy size. GPT-2 small itself (12 layers, 12 heads, d_model 768, 124M
 # parameters, trained on 40 GB of web text) loads into the same class: `models.GPT.from_pretrained("gpt2")` reads
 # Hugging Face's files (config.json, model.safetensors) and translates their names in one place
-# (tinyattn/models/hf_gpt2.py); `models.Tokenizer` turns text into its 50,257 byte-pair tokens. Run the lesson with
+# (tinyattn/models/hf_gpt2.py); `data.Tokenizer` turns text into its 50,257 byte-pair tokens. Run the lesson with
 # `--weights gpt2` (after `pip install -e ".[hub]"`; 548 MB, downloaded once) or `--weights FOLDER` holding those
 # files. Then: GPT-2 continues a prompt, its heads are drawn on a sentence, and its previous-token heads (the
 # previous-token score of tinyattn.interpret: mean weight from each token to the one before it) are set beside the

@@ -19,7 +19,7 @@ import pytest
 from safetensors.numpy import save_file
 
 import tinyattn as ta
-from tinyattn import hub, models
+from tinyattn import data, hub, models
 
 from conftest import host
 
@@ -292,10 +292,10 @@ def test_image_processor_resizes_rescales_and_normalises_as_configured(tmp_path)
     ta.manual_seed(0)
     model = models.ViT(models.ViTConfig(image_size=16, patch_size=4, in_chans=3, num_classes=2, d_model=8, depth=1,
                                         num_heads=2))
-    processor = models.ImageProcessor.from_pretrained(vit_files(tmp_path, model, {0: "a", 1: "b"}))
+    processor = data.ImageProcessor.from_pretrained(vit_files(tmp_path, model, {0: "a", 1: "b"}))
     image = np.zeros((40, 30, 3), np.uint8)
     image[..., 0], image[..., 1], image[..., 2] = 255, 0, 51       # a flat colour survives any resampling
-    pixels = host(processor(image))
+    pixels = processor(image)
     assert pixels.shape == (1, 3, 16, 16) and pixels.dtype == np.float32
     np.testing.assert_allclose(pixels[0, :, 5, 7], [(1 - 0.5) / 0.5, (0 - 0.4) / 0.25, (0.2 - 0.3) / 0.2],
                                rtol=1e-6)
@@ -311,7 +311,7 @@ def test_tokenizer_reads_tokenizer_json(tmp_path):
     bpe.train_from_iterator(["the cat sat on the mat"] * 20, tokenizers.trainers.BpeTrainer(
         vocab_size=300, initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet()))
     bpe.save(str(tmp_path / "tokenizer.json"))
-    tokenizer = models.Tokenizer.from_pretrained(tmp_path)
+    tokenizer = data.Tokenizer.from_pretrained(tmp_path)
     ids = tokenizer.encode("the cat sat")
     assert tokenizer.decode(ids) == "the cat sat" and tokenizer.decode(ta.tensor(ids)) == "the cat sat"
     assert tokenizer.tokens("the cat") == ["the", "Ġcat"] and len(ids) == 3

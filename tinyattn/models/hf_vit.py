@@ -16,8 +16,7 @@ knows that layout.
 The patch projection is a convolution with kernel = stride = p; flattening its (C, p, p) kernel in that order is the
 Linear that PatchEmbed applies to patches flattened in (c, y, x) order.
 """
-import numpy
-
+from .. import backend
 from ..hub import PretrainedError, setting
 
 LAYER_PARTS = {"layernorm_before": "norm1", "attention.output.dense": "attn.out_proj", "layernorm_after": "norm2",
@@ -72,7 +71,7 @@ def state_dict_from_hf(weights, config, source):
             unknown.append(key)
     for (i, part, kind) in list(parts):
         if part == "query" and all((i, p, kind) in parts for p in ("key", "value")):
-            state[f"blocks.{i}.attn.qkv.{kind}"] = numpy.concatenate([parts[(i, p, kind)]
+            state[f"blocks.{i}.attn.qkv.{kind}"] = backend.numpy.concatenate([parts[(i, p, kind)]
                                                                       for p in ("query", "key", "value")])
     if "patch_embed.proj.weight" in state:                   # (D, C, p, p) -> (D, C*p*p)
         state["patch_embed.proj.weight"] = state["patch_embed.proj.weight"].reshape(config.d_model, -1)

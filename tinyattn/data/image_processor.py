@@ -7,7 +7,6 @@ import os
 import numpy
 
 from .. import hub
-from ..creation import tensor
 
 # the integer codes preprocessor_config.json uses for "resample" (Pillow's own numbering)
 RESAMPLE = {0: "NEAREST", 1: "LANCZOS", 2: "BILINEAR", 3: "BICUBIC", 4: "BOX", 5: "HAMMING"}
@@ -38,7 +37,7 @@ class ImageProcessor:
         return cls(size=(size["height"], size["width"]), **{k: settings[k] for k in keys if k in settings})
 
     def __call__(self, image):
-        """An RGB image (H, W, 3), uint8 0-255 (or float 0-1 with do_rescale off) -> a float32 tensor (1, 3, h, w)."""
+        """An RGB image (H, W, 3), uint8 0-255 (or float 0-1 with do_rescale off) -> a float32 array (1, 3, h, w)."""
         array = numpy.asarray(image)
         if array.ndim != 3 or array.shape[-1] != 3:
             raise ValueError(f"ImageProcessor takes one RGB image of shape (height, width, 3), got {array.shape}")
@@ -53,4 +52,4 @@ class ImageProcessor:
             array = array * numpy.float32(self.rescale_factor)
         if self.do_normalize:
             array = (array - self.image_mean.astype(numpy.float32)) / self.image_std.astype(numpy.float32)
-        return tensor(array.transpose(2, 0, 1)[None].copy())
+        return numpy.ascontiguousarray(array.transpose(2, 0, 1)[None])
