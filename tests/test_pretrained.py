@@ -301,6 +301,13 @@ def test_image_processor_resizes_rescales_and_normalises_as_configured(tmp_path)
                                rtol=1e-6)
     with pytest.raises(ValueError, match=r"one RGB image of shape \(height, width, 3\), got \(40, 30\)"):
         processor(image[..., 0])
+    settings_file = tmp_path / "vit" / "preprocessor_config.json"
+    settings = json.loads(settings_file.read_text())
+    settings_file.write_text(json.dumps({**settings, "size": 8}))           # the older files' one number
+    assert data.ImageProcessor.from_pretrained(tmp_path / "vit")(image).shape == (1, 3, 8, 8)
+    settings_file.write_text(json.dumps({**settings, "size": {"shortest_edge": 8}}))
+    with pytest.raises(hub.PretrainedError, match="shortest_edge"):
+        data.ImageProcessor.from_pretrained(tmp_path / "vit")
 
 
 def test_tokenizer_reads_tokenizer_json(tmp_path):

@@ -30,9 +30,11 @@ class ImageProcessor:
         with open(path, encoding="utf-8") as file:
             settings = json.load(file)
         size = settings.get("size", {"height": 224, "width": 224})
-        if not {"height", "width"} <= set(size):
-            raise hub.PretrainedError(f"{path}: size {size} is not {{'height': H, 'width': W}}, the only form "
-                                      "ImageProcessor reads")
+        if isinstance(size, int):                              # older files: one number, a square
+            size = {"height": size, "width": size}
+        if not isinstance(size, dict) or not {"height", "width"} <= set(size):
+            raise hub.PretrainedError(f"{path}: size {size} is not {{'height': H, 'width': W}} or one number, "
+                                      "the forms ImageProcessor reads")
         keys = ("resample", "do_resize", "do_rescale", "rescale_factor", "do_normalize", "image_mean", "image_std")
         return cls(size=(size["height"], size["width"]), **{k: settings[k] for k in keys if k in settings})
 
