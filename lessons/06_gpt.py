@@ -15,18 +15,14 @@ import time
 import numpy as np
 
 import tinyattn as ta
-from tinyattn import hub, interpret, models, optim, viz
+from tinyattn import interpret, models, optim, viz
 from tinyattn.data import CharCorpus, Tokenizer, bigram_bits_per_char
-from tinyattn.lesson import expect_speedup, options, plot_path, progress, report
+from tinyattn.lesson import expect_speedup, from_pretrained, options, plot_path, progress, report
 
 args = options(__doc__, [("--weights", dict(default=None, help="meet GPT-2 at the end: a hub name (gpt2, needs the "
                                                                  "hub extra) or a folder of its files"))])
 if args.weights is not None:           # read first, so a missing file or network stops the run before training
-    try:
-        gpt2 = models.GPT.from_pretrained(args.weights)
-        tokenizer = Tokenizer.from_pretrained(args.weights)
-    except hub.PretrainedError as error:
-        raise SystemExit(f"--weights {args.weights}: {error}")
+    gpt2, tokenizer = from_pretrained(args.weights, models.GPT, Tokenizer)
 corpus = CharCorpus(max_chars=60_000 if args.quick else None)
 print(f"{len(corpus.train):,} training and {len(corpus.val):,} validation characters, {len(corpus.vocab)} symbols")
 bigram_bpc = bigram_bits_per_char(corpus.train, corpus.val, len(corpus.vocab))

@@ -17,19 +17,15 @@ import numpy as np
 
 import tinyattn as ta
 import tinyattn.functional as F
-from tinyattn import hub, interpret, models, optim, viz
+from tinyattn import interpret, models, optim, viz
 from tinyattn.data import DigitCanvases, ImageProcessor, batches, random_shifts
-from tinyattn.lesson import options, plot_path, progress, report
+from tinyattn.lesson import from_pretrained, options, plot_path, progress, report
 
 args = options(__doc__, [("--weights", dict(default=None, help="meet a real ViT at the end: a hub name "
                                                                  "(google/vit-base-patch16-224, needs the hub extra) "
                                                                  "or a folder of its files"))])
 if args.weights is not None:           # read first, so a missing file or network stops the run before training
-    try:
-        real_vit = models.ViT.from_pretrained(args.weights)
-        processor = ImageProcessor.from_pretrained(args.weights)
-    except hub.PretrainedError as error:
-        raise SystemExit(f"--weights {args.weights}: {error}")
+    real_vit, processor = from_pretrained(args.weights, models.ViT, ImageProcessor)
 data = DigitCanvases(canvas=16, scale=2, jitter=False)
 print({name: len(rows) for name, rows in data.split.items()}, "images of", data.images.shape[1:])
 

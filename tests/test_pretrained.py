@@ -310,13 +310,19 @@ def test_image_processor_resizes_rescales_and_normalises_as_configured(tmp_path)
         data.ImageProcessor.from_pretrained(tmp_path / "vit")
 
 
-def test_tokenizer_reads_tokenizer_json(tmp_path):
+def byte_level_bpe(text):
+    """A byte-level BPE as GPT-2's (its pieces mark a leading space with 'Ġ'), trained on text."""
     tokenizers = pytest.importorskip("tokenizers")
     bpe = tokenizers.Tokenizer(tokenizers.models.BPE())
     bpe.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = tokenizers.decoders.ByteLevel()
-    bpe.train_from_iterator(["the cat sat on the mat"] * 20, tokenizers.trainers.BpeTrainer(
+    bpe.train_from_iterator([text] * 20, tokenizers.trainers.BpeTrainer(
         vocab_size=300, initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet()))
+    return bpe
+
+
+def test_tokenizer_reads_tokenizer_json(tmp_path):
+    bpe = byte_level_bpe("the cat sat on the mat")
     bpe.save(str(tmp_path / "tokenizer.json"))
     tokenizer = data.Tokenizer.from_pretrained(tmp_path)
     ids = tokenizer.encode("the cat sat")
@@ -340,12 +346,7 @@ def result_of(completed):
 
 
 def test_lesson_06_meets_a_gpt2_folder_and_refuses_a_missing_one_in_one_line(tmp_path):
-    tokenizers = pytest.importorskip("tokenizers")
-    bpe = tokenizers.Tokenizer(tokenizers.models.BPE())
-    bpe.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = tokenizers.decoders.ByteLevel()
-    bpe.train_from_iterator(["The cat sat on the mat because the cat was tired."] * 5, tokenizers.trainers.BpeTrainer(
-        vocab_size=290, initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet()))
+    bpe = byte_level_bpe("The cat sat on the mat because the cat was tired.")
     folder = tmp_path / "gpt2"
     models.GPT(models.GPTConfig(vocab_size=bpe.get_vocab_size(), block_size=64, n_layer=2, num_heads=2, d_model=16,
                                 activation="gelu_tanh", tie_weights=True)).save_pretrained(folder)

@@ -46,6 +46,17 @@ def resolve(name_or_folder):
                               ) from None
 
 
+def load_model(cls, config_class, translation, name_or_folder):
+    """cls(config) with the weights of a model folder or hub name, in the file's dtype and in eval mode; translation
+    is the model family's map (config_from_hf, state_dict_from_hf), e.g. models/hf_gpt2.py."""
+    folder = resolve(name_or_folder)
+    config = config_class(**translation.config_from_hf(read_config(folder), folder))
+    state = translation.state_dict_from_hf(read_weights(folder), config, folder)
+    model = cls(config).to(dtype=next(iter(state.values())).dtype)
+    model.load_state_dict(state)
+    return model.eval()
+
+
 def read_config(folder):
     path = os.path.join(folder, CONFIG)
     if not os.path.isfile(path):

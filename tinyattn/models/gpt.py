@@ -128,12 +128,7 @@ class GPT(nn.Module):
         """GPT-2 from a Hugging Face folder (config.json + model.safetensors, or shards) or a hub name ('gpt2',
         'gpt2-medium', 'openai-community/gpt2', ...; needs the hub extra and the network once). The weights keep
         the file's dtype (float32 for the published ones); .double() after, for float64. Returned in eval mode."""
-        folder = hub.resolve(name_or_folder)
-        config = GPTConfig(**hf_gpt2.config_from_hf(hub.read_config(folder), folder))
-        state = hf_gpt2.state_dict_from_hf(hub.read_weights(folder), config, folder)
-        model = cls(config).to(dtype=state["tok_emb.weight"].dtype)
-        model.load_state_dict(state)
-        return model.eval()
+        return hub.load_model(cls, GPTConfig, hf_gpt2, name_or_folder)
 
     def save_pretrained(self, folder):
         """Write config.json and model.safetensors in GPT-2's layout, which transformers'

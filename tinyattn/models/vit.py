@@ -119,12 +119,7 @@ class ViT(nn.Module):
         """A ViTForImageClassification from a Hugging Face folder (config.json + model.safetensors) or a hub name
         ('google/vit-base-patch16-224'; needs the hub extra and the network once), in eval mode, in the file's
         dtype. config.id2label names its classes; models.ImageProcessor.from_pretrained(same) prepares images."""
-        folder = hub.resolve(name_or_folder)
-        config = ViTConfig(**hf_vit.config_from_hf(hub.read_config(folder), folder))
-        state = hf_vit.state_dict_from_hf(hub.read_weights(folder), config, folder)
-        model = cls(config).to(dtype=state["cls_token"].dtype)
-        model.load_state_dict(state)
-        return model.eval()
+        return hub.load_model(cls, ViTConfig, hf_vit, name_or_folder)
 
     def features(self, images, need_weights=False):
         """The final normalised tokens (B, prefix + N, D), and per block the attention maps (B, H, T, T) if asked."""
