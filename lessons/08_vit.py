@@ -6,8 +6,8 @@
 # et al. 2021). The paper classifies the class token's final state and notes that the mean of the patch tokens'
 # final states (global average pooling) serves as well; this lesson's model classifies that mean (`pool="mean"`),
 # and its class token still attends without being read. With no convolution, everything about 2-D structure must
-# be learned: we look at what the position embeddings learn, where the class token attends, and how far each head
-# looks at each depth.
+# be learned: we look at what the position embeddings learn, where the class token attends (in the last block, and
+# rolled out through all of them), and how far each head looks at each depth.
 #
 # Data: scikit-learn's bundled 8x8 digits (1,797 images, no download), upscaled to 16x16 and cut into 4x4 patches:
 # 16 tokens plus the class token. About 1,260 training images is very little data for a ViT.
@@ -17,11 +17,15 @@ import numpy as np
 
 import tinyattn as ta
 import tinyattn.functional as F
-from tinyattn import models, optim, viz
-from tinyattn.data import DigitCanvases, batches, random_shifts
-from tinyattn.lesson import options, plot_path, progress, quick_note, report
+from tinyattn import interpret, models, optim, viz
+from tinyattn.data import DigitCanvases, ImageProcessor, batches, random_shifts
+from tinyattn.lesson import from_pretrained, options, plot_path, progress, quick_note, report
 
-args = options(__doc__)                 # also seeds tinyattn's generator: --seed N
+args = options(__doc__, [("--weights", dict(default=None, help="meet a real ViT at the end: a hub name "
+                                                                 "(google/vit-base-patch16-224, needs the hub extra) "
+                                                                 "or a folder of its files"))])
+if args.weights is not None:           # read first, so a missing file or network stops the run before training
+    real_vit, processor = from_pretrained(args.weights, models.ViT, ImageProcessor)
 data = DigitCanvases(canvas=16, scale=2, jitter=False)
 print({name: len(rows) for name, rows in data.split.items()}, "images of", data.images.shape[1:])
 
@@ -78,7 +82,14 @@ print(f"test accuracy {test_acc:.3f} on {len(data.split['test'])} images (one im
 # %% [markdown]
 # ## Where does the class token look?
 # The class token is not read by the classifier here (mean pooling), but it still attends: the last block's
-# attention from it to each patch, averaged over heads, laid on the image.
+# attention from it to each patch, averaged over heads, laid on the image (top row).
+#
+# That is one block's view. The tokens the last block reads are themselves mixtures that earlier blocks made, and
+# each block also passes every token on unchanged through its residual connection. Attention rollout (Abnar and
+# Zuidema 2020) follows the mixing down to the patches: per block, the heads' mean attention with the identity added
+# for the residual, rows renormalised to sum to 1; then the product over blocks, the last block's matrix on the left.
+# Its class-token row (bottom row) says how much of the class token's final state comes from each input patch, and
+# how much from the class token's own input.
 
 # %%
 model.eval()
@@ -86,11 +97,18 @@ test_rows = data.split["test"][:6]
 with ta.no_grad():
     _, maps = model(ta.tensor(data.images[test_rows]), return_attention=True)
 grid = model.patch_embed.grid
-fig, axes = viz.plt.subplots(1, 6, figsize=(14, 2.6), layout="constrained")
+rollout = interpret.attention_rollout(maps)                                  # (images, 1 + patches, 1 + patches)
+assert np.allclose(rollout.sum(-1), 1.0)
+fig, axes = viz.plt.subplots(2, 6, figsize=(14, 5), layout="constrained")
 cls_to_patches = maps[-1].numpy()[:, :, 0, 1:].mean(1)                     # (images, patches)
-for ax, image, weights, label in zip(axes, data.images[test_rows, 0], cls_to_patches, data.labels[test_rows]):
-    viz.patch_attention(image, weights, (grid, grid), ax=ax, title=f"label {label}")
+for column, (image, label) in enumerate(zip(data.images[test_rows, 0], data.labels[test_rows])):
+    viz.patch_attention(image, cls_to_patches[column], (grid, grid), ax=axes[0, column],
+                        title=f"label {label}: last block")
+    viz.patch_attention(image, rollout[column, 0, 1:], (grid, grid), ax=axes[1, column], title="rollout")
 viz.save(fig, plot_path(args, "08_vit_class_attention.png"))
+print(f"the class token's rollout keeps {rollout[:, 0, 0].mean():.2f} of its final state from its own input "
+      f"(mean over {len(test_rows)} images); the last block alone puts {maps[-1].numpy()[:, :, 0, 0].mean():.2f} "
+      "of its attention on it")
 
 # %% [markdown]
 # ## What the position embeddings learned
@@ -132,9 +150,47 @@ departure = float(np.abs(distances - uniform).max())
 print(f"the head farthest from uniform attention is {departure:.1f} pixels from it, "
       f"{departure / farthest:.0%} of the range the grid allows")
 
+# %% [markdown]
+# ## A real ViT
+# `models.ViT.from_pretrained("google/vit-base-patch16-224")` reads Hugging Face's ViT-Base/16 (12 blocks, 12 heads,
+# 196 patches of 16x16 pixels, fine-tuned on ImageNet's 1,000 classes) into the class trained above, translating
+# its names in one place (tinyattn/models/hf_vit.py); `data.ImageProcessor` prepares an image as it was trained
+# (resize to 224x224, scale to [0, 1], normalise). Run with `--weights google/vit-base-patch16-224` (after
+# `pip install -e ".[hub]"`; 346 MB, downloaded once) or `--weights FOLDER`. It classifies matplotlib's own sample
+# photo (shipped with matplotlib, no download) and shows where the class token looks in each block.
+
+# %%
+top_classes = None
+if args.weights is None:
+    print("no real ViT loaded. To meet one: pip install -e \".[hub]\" && python -m lessons 08 "
+          "--weights google/vit-base-patch16-224")
+else:
+    import matplotlib.cbook
+    photo = viz.plt.imread(matplotlib.cbook.get_sample_data("grace_hopper.jpg"))            # (H, W, 3) uint8
+    pixels = processor(photo)
+    with ta.no_grad():
+        logits, real_maps = real_vit(ta.tensor(pixels), return_attention=True)
+    probabilities = F.softmax(logits, dim=-1).numpy()[0]
+    names = real_vit.config.id2label or {}
+    top_classes = [(names.get(int(i), str(i)), float(probabilities[i])) for i in probabilities.argsort()[::-1][:5]]
+    print("matplotlib's sample photo (grace_hopper.jpg), top 5:",
+          ", ".join(f"{name} {p:.2f}" for name, p in top_classes))
+    shown = np.clip(pixels[0].transpose(1, 2, 0) * processor.image_std + processor.image_mean, 0, 1)
+    real_grid = real_vit.patch_embed.grid
+    real_rollout = interpret.attention_rollout(real_maps)[0, 0, 1:]
+    blocks = len(real_maps)
+    fig, axes = viz.plt.subplots(1, blocks + 1, figsize=(2.2 * (blocks + 1), 2.6), layout="constrained")
+    for b, m in enumerate(real_maps):
+        viz.patch_attention(shown, m.numpy()[0, :, 0, 1:].mean(0), (real_grid, real_grid), ax=axes[b],
+                            title=f"block {b}", colorbar=False)
+    viz.patch_attention(shown, real_rollout, (real_grid, real_grid), ax=axes[-1], title="rollout", colorbar=False)
+    viz.save(fig, plot_path(args, "08_vit_pretrained_class_attention.png"))
+
 # %%
 if not args.quick:
     assert test_acc >= 0.93, test_acc
 report(vit_test_acc=test_acc, position_neighbour_similarity=float(neighbour), position_far_similarity=float(far),
        parameters=model.num_parameters(), uniform_attention_distance=uniform,
-       head_distances=[[round(float(d), 2) for d in row] for row in distances])
+       head_distances=[[round(float(d), 2) for d in row] for row in distances],
+       **({} if top_classes is None else {"pretrained_top_class": top_classes[0][0],
+                                          "pretrained_top_probability": top_classes[0][1]}))

@@ -178,6 +178,16 @@ def test_a_wrong_answer_that_passes_gradcheck_fails_against_the_reference(tmp_pa
 
 
 @instructors
+def test_an_induction_score_averaged_over_every_query_fails_on_the_perfect_pattern(tmp_path, capsys):
+    """Queries without an earlier copy of their token must not count: averaged over all of them, a perfect induction
+    head scores the share of queries in the second copy, not 1."""
+    mine = with_mistake(tmp_path, "induction_score", ("/ counted.sum()", "/ counted.size"))
+    code, out = grade(capsys, "induction_score", "--file", mine)
+    assert code == 1 and "FAIL  a random sequence of 5 tokens repeated once" in out
+    assert "yours 0.5, reference 1;" in out                      # 5 of the 10 queries of each sequence count
+
+
+@instructors
 def test_float64_in_a_float32_backward_fails(tmp_path, capsys):
     mine = with_mistake(tmp_path, "label_smoothing", (".astype(log_p.dtype)", ""))
     code, out = grade(capsys, "label_smoothing", "--file", mine)
@@ -309,7 +319,10 @@ def test_the_readmes_import_of_an_exercise_works_from_the_repository_root():
                       "from tinyattn.functional.flash_attention import ReferenceFlashAttention\n\n\n"
                       "class FlashAttention(Stub):\n    forward = staticmethod(ReferenceFlashAttention.forward)\n"),
     ("causal_mask", "from tinyattn.functional import causal_mask\n"),
-], ids=["re-export", "solution", "subclass", "wrapper", "flash forward given back", "a function"])
+    ("induction_score", "from tinyattn import interpret\n\n\ndef induction_score(weights, tokens):\n"
+                        "    return interpret.induction_score(weights, tokens)\n"),
+], ids=["re-export", "solution", "subclass", "wrapper", "flash forward given back", "a function",
+        "a function that calls the library's of its name"])
 def test_a_file_that_hands_in_the_librarys_or_a_solutions_code_is_refused(name, text, tmp_path, capsys):
     mine = tmp_path / f"{name}.py"
     mine.write_text(text)

@@ -143,6 +143,26 @@ def test_the_explorer_labels_keys_by_their_tokens_and_offers_only_choices_that_m
     viz.plt.close(explorer.figure)
 
 
+def test_head_scores_and_one_heads_pattern_are_drawn_with_a_colour_bar_and_their_labels():
+    scores = np.array([[0.1, 0.95, 0.3], [0.0, 0.5, 1.0]])
+    fig = viz.head_score_map(scores, title="induction score")
+    heat, bar = fig.axes
+    assert bar.get_label() == "<colorbar>" and bar.get_ylabel() == "score"
+    assert np.array_equal(np.asarray(heat.images[0].get_array()), scores)
+    assert sorted(t.get_text() for t in heat.texts) == sorted(f"{v:.2f}" for v in scores.ravel())
+    assert [t.get_text() for t in heat.get_xticklabels()] == ["0", "1", "2"] and heat.get_ylabel() == "layer"
+    viz.plt.close(fig)
+    tokens = [7, 3, "a", "\n"]
+    fig = viz.head_pattern(np.tril(np.ones((4, 4))) / np.arange(1, 5)[:, None], tokens, title="layer 1, head 2")
+    heat = fig.axes[0]
+    assert any(ax.get_label() == "<colorbar>" for ax in fig.axes) and heat.get_title() == "layer 1, head 2"
+    for drawn in (heat.get_xticklabels(), heat.get_yticklabels()):
+        assert [t.get_text() for t in drawn] == ["7", "3", "a", "\\n"]
+    viz.plt.close(fig)
+    with pytest.raises(ValueError, match=r"\(T, T\) weights and T tokens, got weights \(4, 4\) and 3 tokens"):
+        viz.head_pattern(np.eye(4), [1, 2, 3])
+
+
 def test_bars_and_attention_distance_draw_what_they_are_given():
     fig = viz.bars({"a": [1.0, 2.0], "b": [3.0, 4.0]}, errors={"a": [0.1, 0.2], "b": [0.0, 0.1]},
                    group_labels=["T", "2T"], hlines={"baseline": 2.5}, ymin=0.5)

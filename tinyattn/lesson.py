@@ -12,6 +12,7 @@ import sys
 
 from . import cpu, environment
 from .backend import manual_seed
+from .hub import PretrainedError
 
 PACKAGE = os.path.dirname(os.path.abspath(__file__))  # the tinyattn folder this process imported
 ROOT = os.path.dirname(PACKAGE)
@@ -133,3 +134,12 @@ def report(**metrics):
     if "ipykernel" not in sys.modules:
         print("RESULT " + json.dumps({k: (float(f"{v:.4g}") if isinstance(v, float) else v)
                                       for k, v in metrics.items()}), flush=True)
+
+
+def from_pretrained(weights, *classes):
+    """Each class's from_pretrained(weights) (a model, its tokenizer, its image processor), for a lesson to call
+    before it trains anything: a folder or hub name that cannot be read stops the run at once, in one line."""
+    try:
+        return [cls.from_pretrained(weights) for cls in classes]
+    except PretrainedError as error:
+        raise SystemExit(f"--weights {weights}: {error}") from None

@@ -101,7 +101,8 @@ class MultiHeadAttention(Module):
     Self-attention projects q, k and v with one fused Linear (qkv); cross=True projects queries from x and keys and
     values from a context of size kv_dim. impl="flash" runs F.flash_attention (no attention dropout);
     impl="reference" runs the reference twin of F.scaled_dot_product_attention. With need_weights=True the module
-    keeps the last (B, H, L, S) weights in .last_weights, for plots.
+    keeps the last (B, H, L, S) weights in .last_weights, for plots; keep_weights=True (an attribute) keeps them on
+    every forward, asked for or not (for tools that look inside models which do not pass need_weights down).
     """
 
     def __init__(self, d_model, num_heads, num_kv_heads=None, bias=True, dropout=0.0, impl="naive", cross=False,
@@ -126,6 +127,7 @@ class MultiHeadAttention(Module):
         self.out_proj = Linear(d_model, d_model, bias)
         self.rotary = rotary
         self.last_weights = None
+        self.keep_weights = False
 
     def _heads(self, x, heads):
         b, t, _ = x.shape
@@ -167,7 +169,7 @@ class MultiHeadAttention(Module):
             with F.reference() if self.impl == "reference" else contextlib.nullcontext():
                 out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=simple_causal,
                                                      dropout_p=self.dropout if self.training else 0.0, enable_gqa=gqa)
-        if need_weights:
+        if need_weights or self.keep_weights:
             self.last_weights = F.attention_weights(q, k, attn_mask=mask, is_causal=simple_causal, enable_gqa=gqa)
         return self.out_proj(out.transpose(1, 2).reshape(b, length, self.d_model))
 

@@ -8,9 +8,10 @@ import matplotlib.pyplot as plt  # noqa: F401  (lessons lay out their own figure
 from .display import save
 from .explorer import AttentionExplorer, explore_attention
 from .figures import (TICK_SIZE, attention_distance, attention_grid, attention_heatmap, attention_heatmaps, bars,
-                      curves, patch_attention, position_encoding, position_similarity, relative_bias)
+                      curves, head_pattern, head_score_map, patch_attention, position_encoding, position_similarity,
+                      relative_bias)
 from .graph import draw_graph
 
 __all__ = ["AttentionExplorer", "TICK_SIZE", "attention_distance", "attention_grid", "attention_heatmap",
-           "attention_heatmaps", "bars", "curves", "draw_graph", "explore_attention", "patch_attention", "plt",
-           "position_encoding", "position_similarity", "relative_bias", "save"]
+           "attention_heatmaps", "bars", "curves", "draw_graph", "explore_attention", "head_pattern", "head_score_map",
+           "patch_attention", "plt", "position_encoding", "position_similarity", "relative_bias", "save"]

@@ -1,6 +1,6 @@
-"""The lessons' static figures: attention heatmaps and grids, attention over image patches, position similarity,
-attention distance, curves and bars. Every function takes host NumPy arrays (call Tensor.numpy() first) and returns
-the figure."""
+"""The lessons' static figures: attention heatmaps and grids, one head's pattern, head scores, attention over image
+patches, position similarity, attention distance, curves and bars. Every function takes host NumPy arrays (call
+Tensor.numpy() first) and returns the figure."""
 import matplotlib.pyplot as plt
 import numpy
 
@@ -98,6 +98,41 @@ def attention_grid(maps, x_labels=None, y_labels=None, row_names=None, title=Non
     if title:
         fig.suptitle(title, fontsize=10)
     return fig
+
+
+def head_pattern(weights, tokens, ax=None, title=None):
+    """One head's (T x T) attention over a sequence, its tokens (strings or ids) on both axes: rows are queries,
+    columns keys."""
+    weights = numpy.asarray(weights)
+    if weights.ndim != 2 or len(tokens) != weights.shape[0] or weights.shape[0] != weights.shape[1]:
+        raise ValueError(f"head_pattern takes one head's (T, T) weights and T tokens, got weights {weights.shape} "
+                         f"and {len(tokens)} tokens")
+    labels = [t if isinstance(t, str) else str(t) for t in tokens]
+    return attention_heatmap(weights, labels, labels, ax=ax, title=title)
+
+
+def head_score_map(scores, title=None, label="score", ax=None):
+    """A score per head as a (layers x heads) heat map, each cell written on it; the colour bar runs from 0 to 1, the
+    scores' range (tinyattn.interpret's head scores)."""
+    scores = numpy.asarray(scores)
+    if scores.ndim != 2:
+        raise ValueError(f"head_score_map takes a (layers, heads) array, got shape {scores.shape}")
+    layers, heads = scores.shape
+    fig = None
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(0.75 * heads + 2.2, 0.6 * layers + 1.3))
+    image = ax.imshow(scores, cmap="viridis", vmin=0, vmax=max(1.0, float(scores.max())), aspect="auto")
+    for (layer, head), value in numpy.ndenumerate(scores):
+        ax.text(head, layer, f"{value:.2f}", ha="center", va="center", fontsize=TICK_SIZE,
+                color="black" if value > 0.6 else "white")
+    ax.set_xticks(range(heads), labels=[str(h) for h in range(heads)], fontsize=TICK_SIZE)
+    ax.set_yticks(range(layers), labels=[str(layer) for layer in range(layers)], fontsize=TICK_SIZE)
+    ax.set_xlabel("head")
+    ax.set_ylabel("layer")
+    if title:
+        ax.set_title(title, fontsize=9)
+    _colorbar(image, ax, label)
+    return fig or ax.figure
 
 
 def patch_attention(image, weights, grid, ax=None, title=None, colorbar=True):

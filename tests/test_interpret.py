@@ -1,0 +1,274 @@
+"""tinyattn.interpret: recording leaves no hook behind and records what the model computes; ablating or patching a
+head changes exactly that head's contribution (against a forward written out by hand); head scores give their known
+values on hand-made patterns; rollout multiplies the right matrices in the right order."""
+import contextlib
+
+import numpy as np
+import pytest
+
+import tinyattn as ta
+from tinyattn import interpret, models, nn
+
+
+def gpt(**changes):
+    ta.manual_seed(0)
+    return models.GPT(models.GPTConfig(**{**dict(vocab_size=11, block_size=16, n_layer=2, num_heads=4, d_model=16),
+                                          **changes})).double().eval()
+
+
+def ids(batch=2, length=9, seed=0):
+    return ta.tensor(np.random.default_rng(seed).integers(0, 11, (batch, length)))
+
+
+def hooks(model):
+    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+
+
+# -- recording --------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("path", ["fast", "reference"])
+def test_recorded_attention_and_outputs_are_what_the_model_computes(path):
+    model, x = gpt(mlp="none"), ids()
+    with ta.no_grad(), ta.reference() if path == "reference" else contextlib.nullcontext():
+        logits, maps = model(x, return_attention=True)
+        with interpret.record(model) as cache:
+            again = model(x)
+    assert np.array_equal(again.numpy(), logits.numpy())          # recording changed nothing the model computes
+    assert list(cache.attention) == ["blocks.0.attn", "blocks.1.attn"]
+    for name, expected in zip(cache.attention, maps):
+        assert cache.attention[name].shape == (2, 4, 9, 9)
+        assert np.array_equal(cache.attention[name].numpy(), expected.numpy())
+    assert np.array_equal(cache[""].numpy(), logits.numpy()) and np.array_equal(cache["head"].numpy(), logits.numpy())
+    block = model.blocks[1]
+    assert np.allclose(cache["blocks.1"].numpy(), (cache["blocks.0"] + cache["blocks.1.attn"]).numpy())   # no MLP
+    heads = cache.heads["blocks.1.attn"]
+    assert heads.shape == (2, 9, 4, 4)                            # (B, T, H, head_dim)
+    assert np.allclose(block.attn.out_proj(heads.reshape(2, 9, 16)).numpy(), cache["blocks.1.attn"].numpy())
+
+
+def test_recording_leaves_no_hook_and_records_nothing_outside_the_block():
+    model, x = gpt(mlp="none"), ids()
+    before = hooks(model)
+    with interpret.record(model) as cache:
+        assert hooks(model) > before and all(b.attn.keep_weights for b in model.blocks)
+        model(x)
+    assert hooks(model) == before and not any(b.attn.keep_weights for b in model.blocks)
+    recorded = cache.attention["blocks.0.attn"]
+    model(ids(seed=1))
+    assert cache.attention["blocks.0.attn"] is recorded
+    assert set(cache) == {name for name, _ in model.named_modules()} - {"blocks"}      # a ModuleList is never called
+    with pytest.raises(RuntimeError, match="boom"), interpret.record(model):
+        raise RuntimeError("boom")
+    assert hooks(model) == before and not model.blocks[0].attn.keep_weights
+
+
+def test_recording_keeps_the_models_own_keep_weights_and_works_with_gradients():
+    model, x = gpt(), ids()
+    model.blocks[0].attn.keep_weights = True
+    with interpret.record(model, names=["blocks.0.attn", "blocks.1.attn"]) as cache:
+        logits, loss = model(x, x)
+    loss.backward()                                               # the graph is the model's; the records are detached
+    assert model.blocks[0].attn.keep_weights and not model.blocks[1].attn.keep_weights
+    assert set(cache) == {"blocks.0.attn", "blocks.1.attn"} and cache["blocks.0.attn"].grad_fn is None
+    assert set(cache.heads) == {"blocks.0.attn", "blocks.1.attn"}
+
+
+def test_recording_names_what_is_missing():
+    model = gpt()
+    with pytest.raises(KeyError, match=r"no submodule 'blocks.2.attn'; the nearest names: 'blocks.1.attn'"):
+        with interpret.record(model, names=["blocks.2.attn"]):
+            pass
+    assert hooks(model) == 0
+    with interpret.record(model, names="blocks.0") as cache:                # one name, as it is
+        model(ids())
+    with pytest.raises(KeyError, match=r"nothing was recorded for 'blocks.0.mlp'; recorded: 'blocks.0'"):
+        cache["blocks.0.mlp"]
+
+
+# -- interventions, against a 1-layer attention-only GPT written out by hand ---------------------------------------
+def by_hand(model, tokens, change=None):
+    """The logits of a 1-layer attention-only GPT in NumPy, and each head's output z (B, T, H, head_dim); change(z)
+    returns the z that out_proj then reads (a head ablated or patched)."""
+    p = {name: w.numpy() for name, w in model.named_parameters()}
+    layer_norm = lambda x, w, b: (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5) * w + b
+    tokens = tokens.numpy()
+    b, t = tokens.shape
+    h = model.config.num_heads
+    x = p["tok_emb.weight"][tokens] + p["pos_emb.weight"][:t]
+    q, k, v = np.split(layer_norm(x, p["blocks.0.ln1.weight"], p["blocks.0.ln1.bias"]) @ p["blocks.0.attn.qkv.weight"].T
+                       + p["blocks.0.attn.qkv.bias"], 3, axis=-1)
+    q, k, v = (a.reshape(b, t, h, -1).transpose(0, 2, 1, 3) for a in (q, k, v))       # (B, H, T, head_dim)
+    scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(q.shape[-1])
+    scores = np.where(np.tri(t, dtype=bool), scores, -np.inf)
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    weights /= weights.sum(-1, keepdims=True)
+    z = (weights @ v).transpose(0, 2, 1, 3)                                              # (B, T, H, head_dim)
+    read = z if change is None else change(z.copy())
+    attended = read.reshape(b, t, -1) @ p["blocks.0.attn.out_proj.weight"].T + p["blocks.0.attn.out_proj.bias"]
+    x = x + attended
+    return layer_norm(x, p["ln_f.weight"], p["ln_f.bias"]) @ p["head.weight"].T, z
+
+
+def one_layer():
+    return gpt(n_layer=1, mlp="none")
+
+
+def test_the_hand_written_forward_is_the_models():
+    model, x = one_layer(), ids()
+    assert np.allclose(by_hand(model, x)[0], model(x).numpy(), atol=1e-12)
+
+
+def zeroed(*heads):
+    def change(z):
+        z[:, :, list(heads)] = 0.0
+        return z
+    return change
+
+
+@pytest.mark.parametrize("heads", [[1], [0, 3]])
+def test_zero_ablation_removes_exactly_those_heads_contributions(heads):
+    model, x = one_layer(), ids()
+    before = model(x).numpy()
+    with interpret.ablate_heads(model, {"blocks.0.attn": heads}):
+        ablated = model(x).numpy()
+    expected, _ = by_hand(model, x, zeroed(*heads))
+    assert np.allclose(ablated, expected, atol=1e-12) and not np.allclose(ablated, before, atol=1e-3)
+    assert np.array_equal(model(x).numpy(), before) and hooks(model) == 0          # restored
+
+
+def test_mean_ablation_puts_each_heads_mean_over_batch_and_positions_in_its_place():
+    model, x = one_layer(), ids(batch=3)
+    _, z = by_hand(model, x)
+
+    def to_mean_of(source):
+        def change(z):
+            z[:, :, 2] = source[:, :, 2].mean(axis=(0, 1))
+            return z
+        return change
+    with interpret.ablate_heads(model, {"blocks.0.attn": [2]}, how="mean"):
+        ablated = model(x).numpy()
+    assert np.allclose(ablated, by_hand(model, x, to_mean_of(z))[0], atol=1e-12)
+    other = ids(batch=5, length=4, seed=3)                        # a mean from another run, of other shapes
+    with interpret.record(model) as cache:
+        model(other)
+    with interpret.ablate_heads(model, {"blocks.0.attn": [2]}, how="mean", mean_from=cache):
+        ablated = model(x).numpy()
+    assert np.allclose(ablated, by_hand(model, x, to_mean_of(by_hand(model, other)[1]))[0], atol=1e-12)
+
+
+def test_patching_a_head_from_a_recorded_run_reproduces_that_runs_head_output():
+    model, clean, corrupt = one_layer(), ids(seed=1), ids(seed=2)
+    with interpret.record(model) as source:
+        model(clean)
+    with interpret.patch_heads(model, {"blocks.0.attn": [3]}, source=source), interpret.record(model) as patched:
+        logits = model(corrupt).numpy()
+    z_clean, z_corrupt = source.heads["blocks.0.attn"].numpy(), by_hand(model, corrupt)[1]
+    z_patched = patched.heads["blocks.0.attn"].numpy()                # what out_proj read
+    assert np.array_equal(z_patched[:, :, 3], z_clean[:, :, 3])
+    assert np.allclose(z_patched[:, :, :3], z_corrupt[:, :, :3], atol=1e-12)
+
+    def clean_head_3(z):
+        z[:, :, 3] = z_clean[:, :, 3]
+        return z
+    assert np.allclose(logits, by_hand(model, corrupt, clean_head_3)[0], atol=1e-12)
+    assert hooks(model) == 0
+
+
+def test_interventions_refuse_what_they_cannot_do_and_leave_no_hook():
+    model = one_layer()
+    with interpret.record(model) as source:
+        model(ids(length=9))
+    with pytest.raises(ValueError, match=r"source's heads of 'blocks.0.attn' are \(B, L, H, head_dim\) = "
+                                         r"\(2, 9, 4, 4\), this run's \(2, 7, 4, 4\)"):
+        with interpret.patch_heads(model, {"blocks.0.attn": [0]}, source=source):
+            model(ids(length=7))
+    with pytest.raises(KeyError, match="source holds no heads of 'blocks.0.attn'"):
+        interpret.patch_heads(model, {"blocks.0.attn": [0]}, source=interpret.Recording())
+    with pytest.raises(IndexError, match="'blocks.0.attn' has 4 heads \\(0 to 3\\), got head 4"):
+        with interpret.ablate_heads(model, {"blocks.0.attn": [4]}):
+            pass
+    with pytest.raises(TypeError, match="'blocks.0.ln1' is a LayerNorm, not an nn.MultiHeadAttention"):
+        with interpret.ablate_heads(model, {"blocks.0.ln1": [0]}):
+            pass
+    with pytest.raises(ValueError, match="how must be 'zero' or 'mean'"):
+        interpret.ablate_heads(model, {"blocks.0.attn": [0]}, how="resample")
+    assert hooks(model) == 0
+
+
+# -- head scores on hand-made patterns --------------------------------------------------------------------------------
+def pattern(t, targets):
+    """A (T, T) causal pattern: query i puts all its weight on targets(i) (position 0 and any i without one: on
+    itself)."""
+    w = np.zeros((t, t))
+    for i in range(t):
+        w[i, targets(i) if targets(i) is not None else i] = 1.0
+    return w
+
+
+def test_previous_token_score_of_a_perfect_pattern_is_1_and_of_uniform_attention_its_mean_of_1_over_i():
+    t = 8
+    uniform = np.tril(np.ones((t, t))) / np.arange(1, t + 1)[:, None]
+    heads = np.stack([pattern(t, lambda i: i - 1 if i else None), uniform, np.eye(t)])          # (H, T, T)
+    scores = interpret.previous_token_score([ta.tensor(heads[None].repeat(2, axis=0))])
+    assert scores.shape == (1, 3)
+    assert np.allclose(scores[0], [1.0, np.mean(1 / np.arange(2, t + 1)), 0.0], atol=1e-15)
+
+
+def repeated(period, batch=2, seed=0):
+    """Random sequences of period distinct tokens, repeated once: (B, 2 * period)."""
+    rng = np.random.default_rng(seed)
+    return np.tile(np.stack([rng.permutation(50)[:period] for _ in range(batch)]), 2)
+
+
+def test_induction_and_duplicate_scores_of_perfect_patterns_are_1_and_tell_the_two_apart():
+    period = 6
+    tokens = repeated(period)
+    t = 2 * period
+    induction = pattern(t, lambda i: i - period + 1 if i >= period else None)     # the token after the first copy
+    duplicate = pattern(t, lambda i: i - period if i >= period else None)         # the first copy itself
+    previous = pattern(t, lambda i: i - 1 if i else None)
+    layers = [np.stack([previous, duplicate])[None].repeat(2, axis=0),
+              np.stack([induction, duplicate])[None].repeat(2, axis=0)]          # (B, H, T, T) each
+    assert np.array_equal(interpret.induction_score(layers, tokens), [[0.0, 0.0], [1.0, 0.0]])
+    assert np.array_equal(interpret.duplicate_token_score(layers, ta.tensor(tokens)), [[0.0, 1.0], [0.0, 1.0]])
+    assert np.allclose(interpret.previous_token_score(layers), [[1.0, 0.0], [0.0, 0.0]], atol=1e-15)
+    half = [(induction + duplicate)[None, None] / 2]                              # half on each target
+    assert np.allclose(interpret.induction_score(half, tokens[:1]), 0.5, atol=1e-15)
+
+
+def test_induction_score_counts_every_earlier_copy_and_only_queries_that_have_one():
+    tokens = np.array([[4, 5, 4, 6, 4]])          # position 2 repeats 0 (target 1); 4 repeats 0 and 2 (targets 1, 3)
+    w = np.zeros((1, 1, 5, 5))
+    w[0, 0, 2, 1] = 1.0                           # all on its target
+    w[0, 0, 4, [1, 3]] = 0.25                     # half on its targets
+    w[0, 0, [0, 1, 3], 0] = 1.0                   # queries without an earlier copy: not counted
+    assert np.isclose(interpret.induction_score([w], tokens)[0, 0], (1.0 + 0.5) / 2)
+
+
+def test_head_scores_refuse_inputs_without_an_answer():
+    with pytest.raises(ValueError, match="no query position has a target"):
+        interpret.induction_score([np.ones((1, 1, 3, 3)) / 3], np.array([[1, 2, 3]]))
+    with pytest.raises(ValueError, match=r"tokens give targets for \(B, T, T\) = \(1, 4, 4\), the weights are "
+                                         r"\(B, T, T\) = \(1, 3, 3\)"):
+        interpret.duplicate_token_score([np.ones((1, 1, 3, 3))], np.array([[1, 2, 1, 1]]))
+    with pytest.raises(ValueError, match=r"one shape, got shapes \[\(1, 2, 3, 3\), \(1, 2, 4, 4\)\]"):
+        interpret.previous_token_score([np.ones((1, 2, 3, 3)), np.ones((1, 2, 4, 4))])
+
+
+# -- attention rollout --------------------------------------------------------------------------------------------------
+def test_rollout_of_two_layers_by_hand():
+    """Layer 1: token 2 reads token 1 (head 0) or itself (head 1); layer 2: token 1 reads token 0 (head 0) or itself.
+    With the residual (identity added, rows renormalised) and the top layer on the left, token 2 ends up with nothing
+    of token 0: token 1 read token 0 only after token 2 had read token 1."""
+    eye = np.eye(3)
+    layer1 = np.stack([eye, eye])
+    layer1[0, 2] = [0, 1, 0]
+    layer2 = np.stack([eye, eye])
+    layer2[0, 1] = [1, 0, 0]
+    # per layer: (heads' mean + I) / 2, i.e. row 2 of layer 1 = (0, 1/4, 3/4), row 1 of layer 2 = (1/4, 3/4, 0)
+    expected = np.array([[1, 0, 0], [0.25, 0.75, 0], [0, 0.25, 0.75]])       # layer 2's matrix @ layer 1's
+    rollout = interpret.attention_rollout([ta.tensor(np.stack([layer1, np.stack([eye, eye])])),
+                                           np.stack([layer2, np.stack([eye, eye])])])
+    assert rollout.shape == (2, 3, 3)
+    assert np.allclose(rollout[0], expected, atol=1e-15) and np.allclose(rollout[1], eye, atol=1e-15)
+    with pytest.raises(ValueError, match=r"got shapes \[\(3, 3\)\]"):
+        interpret.attention_rollout([eye])

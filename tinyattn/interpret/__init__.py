@@ -1,0 +1,11 @@
+"""Looking inside a model, from the outside: record every module's output and every attention's weights in a
+forward (recording.py), ablate or patch chosen heads (interventions.py), score what each head does
+(head_scores.py), and follow attention through the layers (rollout.py). Built on the modules' forward hooks; the
+engine knows nothing of it."""
+from .head_scores import duplicate_token_score, induction_score, previous_token_score
+from .interventions import ablate_heads, patch_heads
+from .recording import Recording, record
+from .rollout import attention_rollout
+
+__all__ = ["Recording", "ablate_heads", "attention_rollout", "duplicate_token_score", "induction_score",
+           "patch_heads", "previous_token_score", "record"]
