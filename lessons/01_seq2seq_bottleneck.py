@@ -18,7 +18,7 @@ import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import models, optim, viz
 from tinyattn.data import SequenceTask
-from tinyattn.lesson import options, plot_path, progress, report
+from tinyattn.lesson import options, plot_path, progress, quick_note, report
 
 args = options(__doc__)                 # also seeds tinyattn's generator: --seed N
 min_len, max_len = (3, 10) if args.quick else (4, 20)
@@ -107,7 +107,7 @@ long_acc = {name: float(np.mean([acc[length] for length in longest])) for name, 
 for length in results["plain"]:
     print(f"length {length:2d}: plain {results['plain'][length]:.2f}   attention {results['attention'][length]:.2f}")
 print(f"longest inputs ({longest[0]}-{longest[-1]}): plain {long_acc['plain']:.3f}, "
-      f"attention {long_acc['attention']:.3f}")
+      f"attention {long_acc['attention']:.3f}" + quick_note(args))
 
 # %%
 figure = viz.curves({name: (list(acc), list(acc.values())) for name, acc in results.items()},

@@ -14,7 +14,7 @@ import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import models, optim, viz
 from tinyattn.data import DateDataset, batches
-from tinyattn.lesson import options, plot_path, progress, report
+from tinyattn.lesson import options, plot_path, progress, quick_note, report
 
 args = options(__doc__)                 # also seeds tinyattn's generator: --seed N
 data = DateDataset(n=1500 if args.quick else 12000)
@@ -84,7 +84,7 @@ for row, i in enumerate(test):
         hits += start <= weights[row, position].argmax() < end
         total += 1
 alignment = hits / total
-print(f"test exact match {exact:.3f}, attention alignment {alignment:.3f}")
+print(f"test exact match {exact:.3f}, attention alignment {alignment:.3f}" + quick_note(args))
 for d, i in list(zip(decoded, test))[:5]:
     print(f"  {data.sources[i]!r:32} -> {d}  (gold {data.targets[i]})")
 
@@ -94,12 +94,10 @@ for d, i in list(zip(decoded, test))[:5]:
 # month name (or number), the day's to the day.
 
 # %%
-fig, axes = viz.plt.subplots(1, 3, figsize=(15, 4))
-for ax, row in zip(axes, range(3)):
-    i = test[row]
-    source = data.sources[i]
-    viz.attention_heatmap(weights[row, :11, :len(source)], list(source), list(decoded[row]) + ["<eos>"], ax=ax,
-                          title=f"{source} -> {decoded[row]}")
+sources = [data.sources[i] for i in test[:3]]
+fig = viz.attention_heatmaps([weights[row, :11, :len(source)] for row, source in enumerate(sources)],
+                             [list(source) for source in sources], [list(decoded[row]) + ["<eos>"] for row in range(3)],
+                             [f"{source} -> {decoded[row]}" for row, source in enumerate(sources)])
 viz.save(fig, plot_path(args, "02_dates_attention.png"))
 viz.save(viz.curves({"train loss": losses}, title="teacher-forced cross-entropy"),
          plot_path(args, "02_dates_loss.png"))

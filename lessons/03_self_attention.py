@@ -24,7 +24,9 @@ x = rng.standard_normal((1, len(tokens), d_model))          # stand-ins for toke
 # %% [markdown]
 # ## One attention layer by hand
 # Each token asks a question (its query q_i = x_i W_q), offers a label (key k_j = x_j W_k) and a payload
-# (value v_j = x_j W_v). Token i mixes the values with weights softmax_j(q_i . k_j / sqrt(d)).
+# (value v_j = x_j W_v). Token i mixes the values with weights softmax_j(q_i . k_j / sqrt(d)). The softmax subtracts
+# each row's largest score before exp: the weights stay the same (exp(-max) cancels between numerator and sum) and
+# exp never overflows, whatever the scores.
 
 # %%
 w_q, w_k, w_v = (rng.standard_normal((d_model, d_model)) / math.sqrt(d_model) for _ in range(3))
@@ -66,9 +68,8 @@ assert peak_unscaled > 0.9 > peak_scaled
 causal = np.tril(np.ones((len(tokens), len(tokens)), dtype=bool))
 masked_weights = F.attention_weights(ta.tensor(q), ta.tensor(k), attn_mask=ta.tensor(causal)).numpy()[0]
 assert (masked_weights[~causal] == 0).all()
-fig, axes = viz.plt.subplots(1, 2, figsize=(9, 3.6))
-viz.attention_heatmap(weights[0], tokens, tokens, ax=axes[0], title="self-attention")
-viz.attention_heatmap(masked_weights, tokens, tokens, ax=axes[1], title="with a causal mask")
+fig = viz.attention_heatmaps([weights[0], masked_weights], [tokens, tokens], [tokens, tokens],
+                             ["self-attention", "with a causal mask"])
 viz.save(fig, plot_path(args, "03_self_attention.png"))
 
 # %% [markdown]
@@ -90,7 +91,8 @@ viz.save(fig, plot_path(args, "03_self_attention.png"))
 
 # %%
 def attention_forward(q, k, v):
-    p = np.exp(q @ k.transpose(0, 2, 1) / math.sqrt(q.shape[-1]))
+    s = q @ k.transpose(0, 2, 1) / math.sqrt(q.shape[-1])
+    p = np.exp(s - s.max(-1, keepdims=True))            # the max subtracted, as above: exp never overflows
     p /= p.sum(-1, keepdims=True)
     return p @ v, p
 
@@ -171,6 +173,11 @@ print("after backward, every parameter has its gradient:",
 # 3. mix: softmax(scores) V;
 # 4. output: concatenate the heads and multiply by W_o.
 # Then compare with nn.MultiHeadAttention using the same weights.
+#
+# Two ways to store a weight meet here. The layer above kept W_q as (d_in, d_out) and computed x W_q, as papers
+# write it. nn.Linear keeps PyTorch's layout, weight (out_features, in_features), and computes x W^T + b, so the
+# code below reads `x @ w_qkv.T`: the same map with its matrix stored transposed (one output per row, which is how
+# PyTorch checkpoints store it).
 
 # %%
 mha = nn.MultiHeadAttention(d_model, num_heads).double()
@@ -210,21 +217,51 @@ print(f"with sinusoidal positions added, the same comparison differs by {broken:
 assert broken > 1e-3
 
 # %% [markdown]
-# ## The sinusoidal table
-# Column pairs are sines and cosines of the position at geometrically spaced frequencies. Their dot products
-# depend on the distance between positions, which is what lets attention learn relative offsets.
+# ## The sinusoidal table: a shift is a rotation
+# Columns 2i and 2i+1 hold sin(p w_i) and cos(p w_i) for position p, at frequencies w_i = 10000^(-2i/d) that fall
+# geometrically from 1 to about 1/10000. Vaswani et al. (2017, section 3.5) chose them because "for any fixed offset
+# k, PE_pos+k can be represented as a linear function of PE_pos" (derived in Dive into Deep Learning, d2l.ai, section
+# "Self-Attention and Positional Encoding"): moving k positions on turns each pair by the angle k w_i, since
+#     sin((p + k) w) =  cos(k w) sin(p w) + sin(k w) cos(p w)
+#     cos((p + k) w) = -sin(k w) sin(p w) + cos(k w) cos(p w),
+# so PE(p + k) = M_k PE(p), where M_k is block diagonal, one 2x2 rotation per frequency, and depends on k alone, not
+# on p. A linear map can therefore say "k places on" at every position at once: a query projected by M_k looks like
+# the encoding k places ahead, and its dot product with the keys peaks there. (The dot products between encodings,
+# on the right of the figure, depend on the offset too, but they are the same for k and -k, so they cannot tell
+# ahead from behind, and attention never sees them: W_q and W_k stand between the encoding and the score.)
+# Build M_k and measure both: the identity at every position, and the query that finds the token k places on.
 
 # %%
-long_table = nn.sinusoidal_table(64, 64).numpy()
+long_table = nn.sinusoidal_table(64, 64).numpy().astype(np.float64)        # (positions, dims), rounded to float32
 similarity = long_table @ long_table.T
-fig, axes = viz.plt.subplots(1, 2, figsize=(10, 3.4))
-axes[0].imshow(long_table.T, cmap="RdBu", aspect="auto")
-axes[0].set(title="sinusoidal encoding (dims x positions)", xlabel="position", ylabel="dimension")
-axes[1].imshow(similarity, cmap="viridis")
-axes[1].set(title="dot product between positions", xlabel="position", ylabel="position")
-viz.save(fig, plot_path(args, "03_positions.png"))
+viz.save(viz.position_encoding(long_table), plot_path(args, "03_positions.png"))
 offsets_agree = float(np.abs(similarity[10, 15] - similarity[40, 45]))
 assert offsets_agree < 1e-4                    # same offset, same similarity, wherever it sits
+frequencies = 10000.0 ** (-np.arange(0, 64, 2) / 64)                      # w_i of the pair (2i, 2i + 1)
+
+
+def shift_matrix(k):
+    """M_k with PE(p + k) = M_k PE(p): for each pair (sin, cos) a rotation by the angle k w_i."""
+    cos, sin = np.cos(k * frequencies), np.sin(k * frequencies)
+    m = np.zeros((64, 64))
+    m[0::2, 0::2], m[0::2, 1::2] = np.diag(cos), np.diag(sin)               # sin row: cos(kw) sin + sin(kw) cos
+    m[1::2, 0::2], m[1::2, 1::2] = np.diag(-sin), np.diag(cos)              # cos row: -sin(kw) sin + cos(kw) cos
+    return m
+
+
+shift_err = 0.0
+for k in (1, 7, 30):
+    err = float(np.abs(long_table[k:] - long_table[:-k] @ shift_matrix(k).T).max())   # every p at once
+    shift_err = max(shift_err, err)
+    print(f"k = {k:2d}: max over p of |PE(p + k) - M_k PE(p)| = {err:.1e}")
+print(f"(the table is float32: each entry is rounded by up to {np.finfo(np.float32).eps / 2:.1e})")
+assert shift_err < 1e-6
+k = 3
+scores = (long_table @ shift_matrix(k).T) @ long_table.T                    # queries M_k PE(p), keys PE(j)
+found = scores.argmax(-1)[:-k] == np.arange(64 - k) + k                    # the positions p that have a p + k
+print(f"queries projected by M_{k}: the strongest key is the one {k} places on at {found.mean():.0%} of the positions")
+assert found.all()
 report(sdpa_max_abs_err=err_single, backward_max_abs_err=err_backward, multihead_max_abs_err=err_multi,
        equivariance_err=equivariance_err, positions_break_equivariance=broken,
-       softmax_peak_unscaled=float(peak_unscaled), softmax_peak_scaled=float(peak_scaled))
+       softmax_peak_unscaled=float(peak_unscaled), softmax_peak_scaled=float(peak_scaled),
+       shift_is_linear_err=shift_err)

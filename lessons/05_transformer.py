@@ -14,7 +14,7 @@ import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import models, optim, viz
 from tinyattn.data import NumberWords
-from tinyattn.lesson import options, plot_path, progress, report
+from tinyattn.lesson import options, plot_path, progress, quick_note, report
 
 args = options(__doc__)                 # also seeds tinyattn's generator: --seed N
 data = NumberWords(n=3000 if args.quick else 30000)
@@ -70,7 +70,7 @@ test = data.split["test"]
 ids, maps = model.greedy_decode(ta.tensor(data.src[test]), max_len=8)
 decoded = [data.tgt_vocab.decode(row) for row in ids.numpy()]
 exact = float(np.mean([d == data.digits[i] for d, i in zip(decoded, test)]))
-print(f"test exact match {exact:.3f}")
+print(f"test exact match {exact:.3f}" + quick_note(args))
 for d, i in list(zip(decoded, test))[:5]:
     print(f"  {' '.join(data.words[i]):50} -> {d}")
 

@@ -15,11 +15,14 @@ import time
 import numpy as np
 
 import tinyattn as ta
-from tinyattn import models, optim, viz
-from tinyattn.data import CharCorpus, bigram_bits_per_char
-from tinyattn.lesson import expect_speedup, options, plot_path, progress, report
+from tinyattn import interpret, models, optim, viz
+from tinyattn.data import CharCorpus, Tokenizer, bigram_bits_per_char
+from tinyattn.lesson import expect_speedup, from_pretrained, options, plot_path, progress, quick_note, report
 
-args = options(__doc__)                 # also seeds tinyattn's generator: --seed N
+args = options(__doc__, [("--weights", dict(default=None, help="meet GPT-2 at the end: a hub name (gpt2, needs the "
+                                                                 "hub extra) or a folder of its files"))])
+if args.weights is not None:           # read first, so a missing file or network stops the run before training
+    gpt2, tokenizer = from_pretrained(args.weights, models.GPT, Tokenizer)
 corpus = CharCorpus(max_chars=60_000 if args.quick else None)
 print(f"{len(corpus.train):,} training and {len(corpus.val):,} validation characters, {len(corpus.vocab)} symbols")
 bigram_bpc = bigram_bits_per_char(corpus.train, corpus.val, len(corpus.vocab))
@@ -160,7 +163,7 @@ with ta.no_grad():
     val_losses = [model(ta.tensor(x), ta.tensor(y))[1].item()
                   for x, y in (corpus.batch("val", 8, block, eval_rng) for _ in range(4 if args.quick else 32))]
 val_bpc = float(np.mean(val_losses) / np.log(2))
-print(f"GPT: {val_bpc:.3f} bits per character, {val_bpc / bigram_bpc:.2f} x the bigram model's")
+print(f"GPT: {val_bpc:.3f} bits per character, {val_bpc / bigram_bpc:.2f} x the bigram model's" + quick_note(args))
 
 # %% [markdown]
 # ## Sampling, and what the KV cache saves
@@ -205,16 +208,56 @@ with ta.no_grad():
     _, maps = model(ta.tensor(snippet[None]), return_attention=True)
 maps = np.stack([m.numpy()[0] for m in maps])                                   # (layers, heads, 40, 40)
 assert np.allclose(np.triu(maps, k=1), 0) and np.allclose(maps.sum(-1), 1)     # causal rows that sum to 1
-previous = np.diagonal(maps, offset=-1, axis1=2, axis2=3).mean(-1)             # mean weight on the previous char
+previous = interpret.previous_token_score(maps[:, None])    # (layers, heads): mean weight on the previous char
 print("mean weight on the previous character, per layer and head:\n" + np.array2string(previous, precision=2))
 viz.save(viz.attention_grid(maps, chars, chars, row_names=[f"layer {i}" for i in range(len(maps))],
                             title="causal self-attention of every head"),
          plot_path(args, "06_gpt_attention.png"))
 explorer = viz.explore_attention(maps, chars, chars, title="GPT self-attention")
 
+# %% [markdown]
+# ## Meet GPT-2
+# The model above is GPT-2's architecture at toy size. GPT-2 small itself (12 layers, 12 heads, d_model 768, 124M
+# parameters, trained on 40 GB of web text) loads into the same class: `models.GPT.from_pretrained("gpt2")` reads
+# Hugging Face's files (config.json, model.safetensors) and translates their names in one place
+# (tinyattn/models/hf_gpt2.py); `data.Tokenizer` turns text into its 50,257 byte-pair tokens. Run the lesson with
+# `--weights gpt2` (after `pip install -e ".[hub]"`; 548 MB, downloaded once) or `--weights FOLDER` holding those
+# files. Then: GPT-2 continues a prompt, its heads are drawn on a sentence, and its previous-token heads (the
+# previous-token score of tinyattn.interpret: mean weight from each token to the one before it) are set beside the
+# ones the small model above learned on characters.
+
+# %%
+gpt2_previous = None
+if args.weights is None:
+    print("GPT-2 not loaded. To meet it: pip install -e \".[hub]\" && python -m lessons 06 --weights gpt2")
+else:
+    print(f"GPT-2 from {args.weights}: {gpt2.num_parameters():,} parameters, {gpt2.config.n_layer} layers x "
+          f"{gpt2.config.num_heads} heads")
+    prompt_ids = tokenizer.encode("The attention mechanism lets a model")
+    new = min(8 if args.quick else 24, gpt2.config.block_size - len(prompt_ids))
+    continued = gpt2.generate(ta.tensor([prompt_ids]), new, temperature=0)
+    print("greedy continuation:", repr(tokenizer.decode(continued.numpy()[0])))
+    sentence = "The cat sat on the mat because the cat was tired."
+    sentence_ids = tokenizer.encode(sentence)[:gpt2.config.block_size]
+    pieces = [tokenizer.decode([i]) for i in sentence_ids]
+    with ta.no_grad(), interpret.record(gpt2) as recording:
+        gpt2(ta.tensor([sentence_ids]))
+    gpt2_maps = [recording.attention[f"blocks.{i}.attn"] for i in range(gpt2.config.n_layer)]
+    gpt2_previous = interpret.previous_token_score(gpt2_maps)                   # (layers, heads)
+    layer, head = np.unravel_index(gpt2_previous.argmax(), gpt2_previous.shape)
+    print(f"GPT-2's strongest previous-token head: layer {layer} head {head}, score {gpt2_previous.max():.2f} "
+          f"(the small character model's best: {previous.max():.2f})")
+    viz.save(viz.head_score_map(gpt2_previous, title="GPT-2: previous-token score per head"),
+             plot_path(args, "06_gpt2_previous_token.png"))
+    gpt2_explorer = viz.explore_attention(np.stack([m.numpy()[0] for m in gpt2_maps]), pieces, pieces,
+                                          title="GPT-2 self-attention")
+    gpt2_explorer.select(int(layer), int(head), len(pieces) - 1)
+    viz.save(gpt2_explorer.figure, plot_path(args, "06_gpt2_attention.png"))
+
 # %%
 if not args.quick:
     assert val_bpc <= 0.8 * bigram_bpc, (val_bpc, bigram_bpc)
 expect_speedup("the KV cache", speedup, 2)
 report(lm_val_bpc=val_bpc, lm_bigram_bpc=bigram_bpc, kv_cache_speedup=speedup, parameters=model.num_parameters(),
-       gpt_by_hand_max_abs_err=gpt_by_hand_err)
+       gpt_by_hand_max_abs_err=gpt_by_hand_err, prev_token_score_max=float(previous.max()),
+       **({} if gpt2_previous is None else {"gpt2_prev_token_score_max": float(gpt2_previous.max())}))

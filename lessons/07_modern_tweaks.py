@@ -24,7 +24,7 @@ import numpy as np
 import tinyattn as ta
 from tinyattn import models, optim, viz
 from tinyattn.data import CharCorpus
-from tinyattn.lesson import options, plot_path, progress, report
+from tinyattn.lesson import options, plot_path, progress, quick_note, report
 
 args = options(__doc__)
 corpus = CharCorpus(max_chars=60_000 if args.quick else None)
@@ -88,7 +88,7 @@ baseline = table["pre-norm (baseline)"]
 
 # %%
 print(f"{'variant':20} {'params':>7} {'KV B/token':>10} {'train MFLOP/token':>19} {'seconds':>7}   "
-      f"val bits/char, mean (min-max over {len(seeds)} seeds)")
+      f"val bits/char, mean (min-max over {len(seeds)} seeds)" + quick_note(args))
 for name, row in table.items():
     print(f"{name:20} {row['parameters']:7,} {row['kv_cache_bytes_per_token']:10,} "
           f"{row['flops_per_token'] / 1e6:11.2f} ({row['flops_per_token'] / baseline['flops_per_token']:.2f}x) "

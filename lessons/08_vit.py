@@ -18,10 +18,14 @@ import numpy as np
 import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import interpret, models, optim, viz
-from tinyattn.data import DigitCanvases, batches, random_shifts
-from tinyattn.lesson import options, plot_path, progress, report
+from tinyattn.data import DigitCanvases, ImageProcessor, batches, random_shifts
+from tinyattn.lesson import from_pretrained, options, plot_path, progress, quick_note, report
 
-args = options(__doc__)                 # also seeds tinyattn's generator: --seed N
+args = options(__doc__, [("--weights", dict(default=None, help="meet a real ViT at the end: a hub name "
+                                                                 "(google/vit-base-patch16-224, needs the hub extra) "
+                                                                 "or a folder of its files"))])
+if args.weights is not None:           # read first, so a missing file or network stops the run before training
+    real_vit, processor = from_pretrained(args.weights, models.ViT, ImageProcessor)
 data = DigitCanvases(canvas=16, scale=2, jitter=False)
 print({name: len(rows) for name, rows in data.split.items()}, "images of", data.images.shape[1:])
 
@@ -73,7 +77,7 @@ for epoch in (bar := progress(range(epochs), desc="epochs")):
     bar.set_postfix(val_acc=f"{history[-1]:.3f}")
 test_acc = accuracy(model, data.split["test"])
 print(f"test accuracy {test_acc:.3f} on {len(data.split['test'])} images (one image is "
-      f"{100 / len(data.split['test']):.2f} points)")
+      f"{100 / len(data.split['test']):.2f} points)" + quick_note(args))
 
 # %% [markdown]
 # ## Where does the class token look?
@@ -146,9 +150,47 @@ departure = float(np.abs(distances - uniform).max())
 print(f"the head farthest from uniform attention is {departure:.1f} pixels from it, "
       f"{departure / farthest:.0%} of the range the grid allows")
 
+# %% [markdown]
+# ## A real ViT
+# `models.ViT.from_pretrained("google/vit-base-patch16-224")` reads Hugging Face's ViT-Base/16 (12 blocks, 12 heads,
+# 196 patches of 16x16 pixels, fine-tuned on ImageNet's 1,000 classes) into the class trained above, translating
+# its names in one place (tinyattn/models/hf_vit.py); `data.ImageProcessor` prepares an image as it was trained
+# (resize to 224x224, scale to [0, 1], normalise). Run with `--weights google/vit-base-patch16-224` (after
+# `pip install -e ".[hub]"`; 346 MB, downloaded once) or `--weights FOLDER`. It classifies matplotlib's own sample
+# photo (shipped with matplotlib, no download) and shows where the class token looks in each block.
+
+# %%
+top_classes = None
+if args.weights is None:
+    print("no real ViT loaded. To meet one: pip install -e \".[hub]\" && python -m lessons 08 "
+          "--weights google/vit-base-patch16-224")
+else:
+    import matplotlib.cbook
+    photo = viz.plt.imread(matplotlib.cbook.get_sample_data("grace_hopper.jpg"))            # (H, W, 3) uint8
+    pixels = processor(photo)
+    with ta.no_grad():
+        logits, real_maps = real_vit(ta.tensor(pixels), return_attention=True)
+    probabilities = F.softmax(logits, dim=-1).numpy()[0]
+    names = real_vit.config.id2label or {}
+    top_classes = [(names.get(int(i), str(i)), float(probabilities[i])) for i in probabilities.argsort()[::-1][:5]]
+    print("matplotlib's sample photo (grace_hopper.jpg), top 5:",
+          ", ".join(f"{name} {p:.2f}" for name, p in top_classes))
+    shown = np.clip(pixels[0].transpose(1, 2, 0) * processor.image_std + processor.image_mean, 0, 1)
+    real_grid = real_vit.patch_embed.grid
+    real_rollout = interpret.attention_rollout(real_maps)[0, 0, 1:]
+    blocks = len(real_maps)
+    fig, axes = viz.plt.subplots(1, blocks + 1, figsize=(2.2 * (blocks + 1), 2.6), layout="constrained")
+    for b, m in enumerate(real_maps):
+        viz.patch_attention(shown, m.numpy()[0, :, 0, 1:].mean(0), (real_grid, real_grid), ax=axes[b],
+                            title=f"block {b}", colorbar=False)
+    viz.patch_attention(shown, real_rollout, (real_grid, real_grid), ax=axes[-1], title="rollout", colorbar=False)
+    viz.save(fig, plot_path(args, "08_vit_pretrained_class_attention.png"))
+
 # %%
 if not args.quick:
     assert test_acc >= 0.93, test_acc
 report(vit_test_acc=test_acc, position_neighbour_similarity=float(neighbour), position_far_similarity=float(far),
        parameters=model.num_parameters(), uniform_attention_distance=uniform,
-       head_distances=[[round(float(d), 2) for d in row] for row in distances])
+       head_distances=[[round(float(d), 2) for d in row] for row in distances],
+       **({} if top_classes is None else {"pretrained_top_class": top_classes[0][0],
+                                          "pretrained_top_probability": top_classes[0][1]}))

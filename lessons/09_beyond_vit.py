@@ -18,7 +18,7 @@ import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import models, optim, viz
 from tinyattn.data import DigitCanvases, batches
-from tinyattn.lesson import options, plot_path, progress, report
+from tinyattn.lesson import options, plot_path, progress, quick_note, report
 
 args = options(__doc__)                 # also seeds tinyattn's generator: --seed N
 data = DigitCanvases(canvas=16, scale=2, jitter=False)
@@ -83,7 +83,8 @@ results["Mixer"] = fit(mixer, "Mixer", epochs=epochs * 3 // 5)          # mixes 
 # %%
 for name, model in (("CNN", cnn), ("Swin", swin), ("Mixer", mixer)):
     acc, _, seconds = results[name]
-    print(f"{name:6} test accuracy {acc:.3f}   {model.num_parameters():7,} parameters   {seconds:5.1f} s")
+    print(f"{name:6} test accuracy {acc:.3f}   {model.num_parameters():7,} parameters   {seconds:5.1f} s"
+          + quick_note(args))
 viz.save(viz.curves({name: r[1] for name, r in results.items()}, xlabel="epoch", ylabel="validation accuracy",
                     title="validation accuracy per epoch, digits at 16x16"), plot_path(args, "09_beyond_vit.png"))
 

@@ -13,7 +13,7 @@ import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import models, optim, viz
 from tinyattn.data import DigitStrips
-from tinyattn.lesson import options, plot_path, progress, report
+from tinyattn.lesson import options, plot_path, progress, quick_note, report
 
 args = options(__doc__)                 # also seeds tinyattn's generator: --seed N
 data = DigitStrips(n=800 if args.quick else 6000, length=3)
@@ -60,7 +60,8 @@ exact = float((ids == data.captions[test, 1:4]).all(axis=1).mean())
 grid_h, grid_w = model.grid
 per_digit = weights.reshape(len(test), 3, grid_h, grid_w).sum(2).reshape(len(test), 3, 3, grid_w // 3).sum(-1)
 on_its_digit = float((per_digit.argmax(-1) == np.arange(3)).mean())
-print(f"test exact match {exact:.3f}; words whose attention peaks on their own digit: {on_its_digit:.3f}")
+print(f"test exact match {exact:.3f}; words whose attention peaks on their own digit: {on_its_digit:.3f}"
+      + quick_note(args))
 
 fig, axes = viz.plt.subplots(3, 3, figsize=(10, 5.2))
 for row, example in enumerate(range(3)):

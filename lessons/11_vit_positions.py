@@ -4,12 +4,11 @@
 # Self-attention treats its input as a set: permute the tokens and the output is permuted the same way (lesson 03
 # checks it). A ViT with nothing added to its patch tokens therefore sees a bag of patches, and pooling their mean
 # throws the order away for good. The ViT paper (Dosovitskiy et al. 2021, Appendix D.4) trained one model with no
-# position information and with three ways of adding it; the course notes list them: none, learned 1-D (the paper's
-# default), learned 2-D (half the channels for the row, half for the column) and relative. The paper found that
-# leaving positions out costs some accuracy and that the way of adding them matters little. We replay that ablation
-# on digits, with the original Transformer's fixed sinusoids (in reading order, and the 2-D sin-cos of later ViTs)
-# beside the learned ones, then cut the same digits into smaller patches to see when a bag of patches stops being
-# enough:
+# position information and with three ways of adding it: none, learned 1-D (the paper's default), learned 2-D (half
+# the channels for the row, half for the column) and relative. The paper found that leaving positions out costs some
+# accuracy and that the way of adding them matters little. We replay that ablation on digits, with the original
+# Transformer's fixed sinusoids (in reading order, and the 2-D sin-cos of later ViTs) beside the learned ones, then
+# cut the same digits into smaller patches to see when a bag of patches stops being enough:
 #
 # | scheme | what tells a token where it sits (g x g patches, width D, H heads) | learned numbers |
 # |---|---|---|
@@ -29,7 +28,7 @@ import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import models, optim, viz
 from tinyattn.data import DigitCanvases, batches, random_shifts
-from tinyattn.lesson import options, plot_path, progress, report
+from tinyattn.lesson import options, plot_path, progress, quick_note, report
 
 args = options(__doc__)
 # 8x8 digits upscaled to 16x16 and centred on an 18x18 canvas, cut into 6x6 patches: a 3x3 grid of patches, each
@@ -95,7 +94,7 @@ for position in schemes:
     trained[position], test_acc[position], seconds[position] = train_vit(position)
 
 # %%
-print(f"{'scheme':10} {'test accuracy':>13} {'seconds':>8}")
+print(f"{'scheme':10} {'test accuracy':>13} {'seconds':>8}" + quick_note(args))
 for position in schemes:
     print(f"{position:10} {test_acc[position]:13.3f} {seconds[position]:8.1f}")
 with_positions = [p for p in schemes if p != "none"]

@@ -4,9 +4,10 @@
 # Attention does not care how many tokens it gets: a ViT trained on a 4x4 grid of patches runs on a 6x6 grid as it
 # is, with the same weights, the way a CNN runs on a larger image. What does not fit is the table of learned position
 # embeddings: it holds one vector per patch of the old grid. The ViT paper's answer (Dosovitskiy et al. 2021, section
-# 3.2; course notes 002, "适配不同分辨率输入") is to treat the table as a small image with D channels and resize it
-# by 2-D interpolation; they then fine-tune at the higher resolution, and the notes add that a large change of
-# length costs accuracy.
+# 3.2, "Fine-tuning and higher resolution") is to treat the table as a small image with D channels and resize it by
+# 2-D interpolation; they then fine-tune at the higher resolution. Testing at another resolution than training's
+# changes how large things look to the model, and costs accuracy until it is adapted (FixRes: Touvron et al. 2019,
+# "Fixing the train-test resolution discrepancy").
 #
 # Here: train a ViT on digits at 16x16 pixels (4x4 patches of 4x4 pixels), then show it the same test digits at
 # 24x24 and 32x32 (grids of 6x6 and 8x8 patches, same patch size), with the position table interpolated by
@@ -21,7 +22,7 @@ import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import models, nn, optim, viz
 from tinyattn.data import DigitCanvases, batches, random_shifts
-from tinyattn.lesson import options, plot_path, progress, report
+from tinyattn.lesson import options, plot_path, progress, quick_note, report
 
 args = options(__doc__)                 # also seeds tinyattn's generator: --seed N
 patch = 4
@@ -73,7 +74,7 @@ def fit(side, epochs, lr):
 seconds = fit(16, epochs, 3e-3)
 trained_table = model.pos_embed
 train_res_acc = accuracy(16)
-print(f"test accuracy at 16x16, the training size: {train_res_acc:.3f} ({seconds:.0f} s)")
+print(f"test accuracy at 16x16, the training size: {train_res_acc:.3f} ({seconds:.0f} s)" + quick_note(args))
 
 # %% [markdown]
 # ## Three ways to give a larger grid its positions
@@ -123,8 +124,8 @@ viz.save(viz.bars({f"{side}x{side}": [results[side][w] for w in ways] for side i
 # configuration, measured how much it leans on them).
 # Interpolated, each patch is told roughly where in the digit it sits. How well the 16x16 weights then read a larger
 # image depends on how far the patches' contents moved from training: at 24x24 a 4x4 patch holds 1.3 x 1.3 of the
-# digit's original pixels instead of 2 x 2, at 32x32 only 1 x 1. The notes' warning that a large change of length
-# costs accuracy is the last row; the paper fine-tunes at the new size, below.
+# digit's original pixels instead of 2 x 2, at 32x32 only 1 x 1. That a larger change of resolution costs more
+# accuracy is the last row; the paper fine-tunes at the new size, below.
 #
 # ## What interpolation did to the table
 # Four of the 64 channels of the learned table, as the 4x4 image of training and the 6x6 image interpolated from it.

@@ -2,9 +2,10 @@
 # # 14 · DeiT: a ViT taught by a CNN, against the same ViT taught by labels alone
 #
 # A ViT has no built-in notion that nearby pixels belong together, so on little data it learns slowly (lesson 08).
-# DeiT (Touvron et al. 2021; course notes 002) lets a trained CNN pass its own knowledge of images on as targets,
-# through a second learned token beside the class token, the **distillation token**: the class token's head learns
-# the labels, the distillation token's head learns the teacher, and at test time the two heads' logits are averaged.
+# DeiT (Touvron et al. 2021, section 4, "Distillation through attention") lets a trained CNN pass its own knowledge
+# of images on as targets, through a second learned token beside the class token, the **distillation token**: the
+# class token's head learns the labels, the distillation token's head learns the teacher, and at test time the two
+# heads' logits are averaged.
 # Two ways of learning from the teacher, with the teacher's logits Z_t, the student's Z_s and the labels y:
 # - **soft** (Hinton et al. 2015): (1 - a) CE(Z_s, y) + a T^2 KL(softmax(Z_t / T) || softmax(Z_s / T)). The
 #   temperature T > 1 flattens the teacher's distribution so that its second and third choices, how much a 4 looks
@@ -23,7 +24,7 @@ import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import models, optim, viz
 from tinyattn.data import DigitCanvases, batches, random_shifts
-from tinyattn.lesson import options, plot_path, progress, report
+from tinyattn.lesson import options, plot_path, progress, quick_note, report
 
 args = options(__doc__)
 data = DigitCanvases(canvas=16, scale=2, jitter=False)
@@ -125,7 +126,8 @@ for seed in seeds:
         acc[kind].append(a)
         seconds[kind].append(s)
 mean = {kind: float(np.mean(acc[kind])) for kind in kinds}
-print(f"{'student':10} {'parameters':>10} {'seconds':>8}   test accuracy, seeds {', '.join(map(str, seeds))} -> mean")
+print(f"{'student':10} {'parameters':>10} {'seconds':>8}   test accuracy, seeds {', '.join(map(str, seeds))} -> mean"
+      + quick_note(args))
 for kind in kinds:
     print(f"{kind:10} {students[kind].num_parameters():10,} {np.mean(seconds[kind]):8.1f}   "
           + ", ".join(f"{a:.3f}" for a in acc[kind]) + f" -> {mean[kind]:.3f}")

@@ -1,17 +1,16 @@
 # %% [markdown]
 # # 15 · Attention inside a CNN: added to it, instead of its convolutions, instead of its pooling
 #
-# Before images became sequences of patches, attention came to vision inside convolutional networks (course notes
-# 000, "CNN with self-attention" and "local attention replacing convolution"; 002, "Augmenting Convolutional networks
-# with attention-based aggregation"). Three ways, each against the plain CNN of lesson 09, conv3x3 -> conv3x3/2 ->
-# conv3x3/2 -> global average pooling -> Linear:
+# Before images became sequences of patches, attention came to vision inside convolutional networks. Three ways, each
+# against the plain CNN of lesson 09, conv3x3 -> conv3x3/2 -> conv3x3/2 -> global average pooling -> Linear:
 # - **a self-attention block** between the second and third convolutions (SAGAN, Zhang et al. 2019;
 #   `nn.SelfAttention2d`): each of the 8x8 positions attends to all 64, and the result is added through a gate that
 #   starts at 0, so the block starts as the identity;
 # - **local self-attention instead of every convolution** (stand-alone self-attention, Ramachandran et al. 2019; the
 #   "local relation" layer of Hu et al. 2019): each pixel's query meets the keys of the 3x3 pixels around it, plus a
 #   learned bias per offset; strides as the convolutions had them (`models.LocalAttentionCNN`);
-# - **attention instead of global average pooling** (Touvron et al. 2021): a learned class query attends over the
+# - **attention instead of global average pooling** (Touvron et al. 2021, "Augmenting Convolutional networks with
+#   attention-based aggregation"): a learned class query attends over the
 #   final 4x4 map and chooses what to read (`models.CNNConfig(pooling="attention")`).
 #
 # All four train on scikit-learn's 8x8 digits upscaled to 16x16, with one recipe (AdamW, warm-up and cosine decay,
@@ -27,7 +26,7 @@ import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import models, optim, viz
 from tinyattn.data import DigitCanvases, batches
-from tinyattn.lesson import options, plot_path, progress, report
+from tinyattn.lesson import options, plot_path, progress, quick_note, report
 
 args = options(__doc__)
 data = DigitCanvases(canvas=16, scale=2, jitter=False)
@@ -145,7 +144,7 @@ for name, build in builders.items():
         trained.setdefault(name, model)                                      # keep the first seed's model to look at
 
 # %%
-print(f"{'model':32} {'params':>7} {'test accuracy per seed':>24} {'mean':>6} {'s/epoch':>8}")
+print(f"{'model':32} {'params':>7} {'test accuracy per seed':>24} {'mean':>6} {'s/epoch':>8}" + quick_note(args))
 mean = {}
 for name, rows in runs.items():
     accs = [acc for acc, _ in rows]

@@ -1,9 +1,9 @@
 # %% [markdown]
 # # 16 · Mobile-Former: a CNN and a few global tokens, talking both ways
 #
-# Mobile-Former (Chen et al. 2022; course notes 002) runs a convolutional branch (Mobile) beside a Transformer over a
-# handful of global tokens (Former; M = 4 here, at most 6 in the paper), with two bridges of cross-attention in every
-# block:
+# Mobile-Former (Chen et al. 2022, "Mobile-Former: Bridging MobileNet and Transformer") runs a convolutional branch
+# (Mobile) beside a Transformer over a handful of global tokens (Former; M = 4 here, at most 6 in the paper), with
+# two bridges of cross-attention in every block:
 # - **Mobile -> Former**: the tokens are the queries and attend over every pixel of the feature map; the pixels serve
 #   as keys and values as they are, with no projections, which keeps the bridge cheap;
 # - **Former -> Mobile**: every pixel is a query (again as it is) and attends over the tokens, whose projections are
@@ -24,7 +24,7 @@ import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import models, optim, viz
 from tinyattn.data import DigitCanvases, batches
-from tinyattn.lesson import options, plot_path, progress, report
+from tinyattn.lesson import options, plot_path, progress, quick_note, report
 
 args = options(__doc__)
 data = DigitCanvases(canvas=16, scale=2, jitter=False)
@@ -113,7 +113,7 @@ for name, build in builders.items():
         kept.setdefault(name, net)
 
 # %%
-print(f"{'model':30} {'params':>7} {'test accuracy per seed':>24} {'mean':>6} {'seconds':>8}")
+print(f"{'model':30} {'params':>7} {'test accuracy per seed':>24} {'mean':>6} {'seconds':>8}" + quick_note(args))
 mean = {}
 for name, rows in results.items():
     mean[name] = float(np.mean([r["acc"] for r in rows]))

@@ -1,16 +1,16 @@
 # %% [markdown]
 # # 17 · Swin, looked at: windows, shifted windows and their mask, the learned relative bias
 #
-# Swin (Liu et al. 2021; course notes 000 and 002) attends only inside windows of M x M tokens, so the scores of one
-# layer number M^2 * H * W instead of (H * W)^2: linear in the image's area. Windows alone never exchange
-# information, so every second block shifts them by M/2. The shifted windows at the border are smaller; instead of
-# padding them, Swin rolls the map cyclically by -M/2, which packs the border pieces into whole windows, and masks
-# the pairs of tokens that the roll brought together from opposite sides of the image. Positions enter as a learned
-# bias per head and relative offset, added to the scores: A = softmax(Q K^T / sqrt(d) + B) V.
+# Swin (Liu et al. 2021, section 3.2, "Shifted Window based Self-Attention") attends only inside windows of M x M
+# tokens, so the scores of one layer number M^2 * H * W instead of (H * W)^2: linear in the image's area. Windows
+# alone never exchange information, so every second block shifts them by M/2. The shifted windows at the border are
+# smaller; instead of padding them, Swin rolls the map cyclically by -M/2, which packs the border pieces into whole
+# windows, and masks the pairs of tokens that the roll brought together from opposite sides of the image. Positions
+# enter as a learned bias per head and relative offset, added to the scores: A = softmax(Q K^T / sqrt(d) + B) V.
 #
 # Here: the windows and the mask drawn from the library's own functions (`nn.window_partition`,
 # `nn.shifted_window_mask`); a check that roll + windows + mask equals attention within the true shifted windows; the
-# score counts of a real Swin layer against the formulas, for the notes' sizes; and the relative bias a small Swin
+# score counts of a real Swin layer against the formulas, for the paper's sizes; and the relative bias a small Swin
 # learned on the digits.
 
 # %%
@@ -22,7 +22,7 @@ import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import models, nn, optim, viz
 from tinyattn.data import DigitCanvases, batches
-from tinyattn.lesson import options, plot_path, progress, report
+from tinyattn.lesson import options, plot_path, progress, quick_note, report
 
 args = options(__doc__)
 grid, M = 8, 4                    # an 8x8 map of tokens, windows of 4x4 (the digits Swin's first stage)
@@ -117,8 +117,8 @@ assert shift_err < 1e-12
 # Counted from a real layer: `WindowAttention` keeps the weights it computed (`need_weights=True`), one M^2 x M^2
 # matrix per window and head. For a map of H x W tokens that is (H*W / M^2) windows of M^4 scores, M^2 * H * W per
 # head, where global attention over the same tokens needs (H*W)^2. The counts below are per head and layer; the
-# sizes are the notes': Swin-T at 224 x 224 (4x4 patches, so a 56x56 map in stage 1, halved in each of 4 stages,
-# M = 7), and the 800 x 800 images of detection.
+# sizes are the paper's: Swin-T at 224 x 224 (section 3.3: 4x4 patches, so a 56x56 map in stage 1, halved in each of
+# 4 stages, M = 7), and 800 x 800, about the size of its detection images (section 4.2: shorter side up to 800).
 
 # %%
 def counted_scores(h, w, window):
@@ -175,7 +175,7 @@ swin.eval()
 with ta.no_grad():
     swin_acc = float((swin(ta.tensor(data.images[test])).numpy().argmax(-1) == data.labels[test]).mean())
 print(f"Swin: test accuracy {swin_acc:.3f} after {epochs} epochs ({time.perf_counter() - start:.0f} s), "
-      f"{swin.num_parameters():,} parameters")
+      f"{swin.num_parameters():,} parameters" + quick_note(args))
 
 # %%
 blocks = list(swin.stages[0])[:2]                     # stage 1: the plain block, then the shifted one

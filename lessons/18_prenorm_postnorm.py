@@ -2,8 +2,8 @@
 # # 18 · Pre-norm against post-norm in a deep stack, without warm-up
 #
 # The 2017 Transformer normalises after the residual add, x = LayerNorm(x + f(x)) (post-norm); GPT-2 and nearly
-# everything since normalise inside the residual branch, x = x + f(LayerNorm(x)) (pre-norm). The course notes (000,
-# "Tweaking Transformers") say the move makes training more stable; Xiong et al. (2020, "On Layer Normalization in
+# everything since normalise inside the residual branch, x = x + f(LayerNorm(x)) (pre-norm). Nguyen and Salazar
+# (2019, "Transformers without Tears") found pre-norm trains more stably; Xiong et al. (2020, "On Layer Normalization in
 # the Transformer Architecture") trace post-norm's need for a learning-rate warm-up to it, and find that pre-norm
 # trains without one.
 #
@@ -21,7 +21,7 @@ import numpy as np
 import tinyattn as ta
 from tinyattn import models, optim, viz
 from tinyattn.data import CharCorpus
-from tinyattn.lesson import options, plot_path, progress, report
+from tinyattn.lesson import options, plot_path, progress, quick_note, report
 
 args = options(__doc__)
 corpus = CharCorpus(max_chars=60_000 if args.quick else None)
@@ -83,7 +83,7 @@ def name(key):
 
 tail = max(1, steps // 10)
 print(f"lr {lr}, {steps} steps of {batch_size} x {block} characters; unigram loss {unigram:.3f} nats")
-print(f"{'run':45} {'last ' + str(tail) + ' steps':>14} {'validation':>11} {'seconds':>8}")
+print(f"{'run':45} {'last ' + str(tail) + ' steps':>14} {'validation':>11} {'seconds':>8}" + quick_note(args))
 for key, run in runs.items():
     print(f"{name(key):45} {np.mean(run['losses'][-tail:]):14.3f} {run['val']:11.3f} {run['seconds']:8.1f}")
 

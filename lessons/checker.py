@@ -875,7 +875,8 @@ def rotary(learner):
         x = normal(10, 8)
         y = learner.Rotate.apply(ta.tensor(x), *tables(10, 8)).numpy()
         assert_close("|pair| after", np.hypot(y[:, :4], y[:, 4:]), np.hypot(x[:, :4], x[:, 4:]))
-    with step("relative positions: q at m . k at n depends on m - n only (m - n = 2 at m = 2, 7 and 13)"):
+    with step("relative positions: q at m . k at n depends on the positions only through m - n "
+              "(m - n = 2 at m = 2, 7 and 13)"):
         cos, sin = tables(16, 8)
         rotated = lambda x: learner.Rotate.apply(ta.tensor(np.repeat(x[None], 16, axis=0)), cos, sin).numpy()
         q, k = rotated(normal(8)), rotated(normal(8, seed=1))

@@ -50,6 +50,26 @@ def test_flash_equals_naive_outputs_and_gradients(case, dtype, tol):
         np.testing.assert_allclose(g_flash, g_naive, atol=tol * 10, rtol=0)
 
 
+@pytest.mark.parametrize("n_rows,n_keys,block", [(512, 512, 256), (256, 256, 64), (37, 37, 16), (5, 70, 64),
+                                                 (70, 5, 4), (9, 9, 3), (300, 300, 150)])
+def test_flash_causal_pieces_cover_every_visible_score_and_little_above_the_diagonal(n_rows, n_keys, block):
+    """The fast flash path computes each block that crosses a causal diagonal in pieces of rows (MASKED_ROWS long,
+    at most half the block) over the keys up to their last row: every score a query may see is computed exactly
+    once, and of a square diagonal block only a triangle per piece is computed to be masked instead of half."""
+    from tinyattn.functional.flash_attention import _blocks, _pieces, _visible
+    computed = np.zeros((n_rows, n_keys), dtype=int)
+    for rows in _blocks(n_rows, block):
+        for cols in _blocks(n_keys, block):
+            if _visible(rows, cols, True):
+                for part_rows, part_cols in _pieces(rows, cols, True):
+                    computed[part_rows, part_cols] += 1
+    visible = np.tri(n_rows, n_keys, dtype=bool)
+    assert (computed[visible] == 1).all() and computed.max() == 1
+    piece = min(split.MASKED_ROWS, -(-block // 2))
+    if n_rows == n_keys and n_rows % block == 0 and block % piece == 0:   # per piece, a triangle above the diagonal
+        assert computed.sum() - visible.sum() == (n_rows // piece) * piece * (piece - 1) // 2
+
+
 def test_flash_gradcheck_and_float_mask():
     q, k, v = randn(1, 2, 6, 4), randn(1, 2, 7, 4, seed=1), randn(1, 2, 7, 3, seed=2)
     assert ta.gradcheck(lambda q, k, v: F.flash_attention(q, k, v, is_causal=True, block_size=3), (q, k, v))

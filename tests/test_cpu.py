@@ -26,11 +26,13 @@ def thread_count():
 
 
 @cpu_only
-def test_share_deals_items_round_robin_to_different_threads(thread_count):
+def test_share_deals_items_back_and_forth_to_different_threads(thread_count):
     thread_count(2)
     seen = threads.share(lambda items: (list(items), threading.get_ident()), range(5))
-    assert [items for items, _ in seen] == [[0, 2, 4], [1, 3]]
+    assert [items for items, _ in seen] == [[0, 3, 4], [1, 2]]
     assert seen[0][1] != seen[1][1]
+    # causal flash attention's 16 row blocks, block i seeing i + 1 column blocks: an even split (round-robin: 64, 72)
+    assert threads.share(lambda blocks: sum(i + 1 for i in blocks), range(16)) == [68, 68]
     thread_count(1)
     assert threads.share(lambda items: list(items), range(5)) == [[0, 1, 2, 3, 4]]
 
@@ -45,7 +47,7 @@ def test_share_raises_what_a_helper_raised_and_keeps_working(thread_count):
         return items
     with pytest.raises(ValueError, match="helper failed"):
         threads.share(work, range(2))
-    assert threads.share(lambda items: items, range(4)) == [[0, 2], [1, 3]]
+    assert threads.share(lambda items: items, range(4)) == [[0, 3], [1, 2]]
 
 
 @cpu_only

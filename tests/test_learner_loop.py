@@ -90,9 +90,58 @@ def test_stepping_back_and_forth_inspecting_and_recovering_from_an_exception(tmp
     listing = term.expect("quit > ")
     assert "This one fails" in listing
     term.send("g 3\n")
+    assert "cell 2 before cell 3 has not run" in term.expect("now? [y/N] > ")    # it stopped with an error
+    term.send("n\n")
     term.expect("quit > ")
     term.send("\n")
     term.expect("y is 42")
+    term.expect("end of the lesson")
+    assert term.close() == 0
+
+
+JUMPS = """# %%
+x = 1
+
+# %%
+y = x + 1
+
+# %%
+z = y + 1
+
+# %%
+print("z is", z)
+"""
+
+
+def test_the_prompt_names_the_cell_r_reruns_and_a_jump_offers_the_cells_it_skips(tmp_path):
+    lesson = tmp_path / "99_jumps.py"
+    lesson.write_text(JUMPS)
+    code = f"from lessons import stepper; stepper.step_through({str(lesson)!r}, [])"
+    term = Terminal([sys.executable, "-c", code], cwd=ROOT)
+    assert "[Enter] run 1 · b back · r rerun: none ·" in term.expect("quit > ")
+    term.send("\n")                                        # cell 1 runs
+    assert "r rerun 1 ·" in term.expect("quit > ")
+    term.send("g 1\n")                                     # back to a cell that ran: r means it, nothing to offer
+    shown = term.expect("quit > ")
+    assert "cell 1/4" in shown and "[Enter] run 1 · b back · r rerun 1 ·" in shown and "have not run" not in shown
+    term.send("g 4\n")                                     # ahead past cells 2 and 3
+    assert "cells 2, 3 before cell 4 have not run" in term.expect("now? [y/N] > ")
+    term.send("n\n")
+    shown = term.expect("quit > ")
+    assert "cell 4/4" in shown and "r rerun: none" in shown  # cell 4 has not run: r has nothing to rerun
+    term.send("\n")
+    failure = term.expect("quit > ")
+    assert "NameError: name 'z' is not defined" in failure and "r rerun 4 ·" in failure
+    term.send("l\n")
+    listing = term.expect("quit > ").splitlines()
+    assert [line[:5] for line in listing if line[3:5].strip().isdigit()] == [" +  1", "    2", "    3", ">x  4"]
+    term.send("g 4\n")
+    assert "cells 2, 3 before cell 4 have not run" in term.expect("now? [y/N] > ")
+    term.send("y\n")
+    shown = term.expect("quit > ")
+    assert "running cell 2" in shown and "running cell 3" in shown and "r rerun 4 ·" in shown
+    term.send("r\n")
+    term.expect("z is 3")
     term.expect("end of the lesson")
     assert term.close() == 0
 
@@ -131,7 +180,10 @@ def test_a_lesson_as_a_notebook_runs_anywhere_and_shows_its_figures(tmp_path):
     outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
     assert any("image/png" in o.get("data", {}) for o in outputs)              # figures inline
     assert list((tmp_path / "figures").glob("03_*.png"))                        # and written to disk
-    assert any("RESULT" in o.get("text", "") for o in outputs)
+    shown = "".join(o.get("text", "") for o in outputs)
+    assert "hand-written vs F.scaled_dot_product_attention" in shown                # what the lesson prints
+    assert "RESULT" not in shown and "figure: " not in shown and str(tmp_path / "figures") not in shown
+    assert not [o for o in outputs if o["output_type"] == "execute_result"]      # no value echoed under a cell
 
 
 def test_the_attention_explorer_in_a_notebook_has_sliders(tmp_path):
@@ -143,12 +195,14 @@ def test_the_attention_explorer_in_a_notebook_has_sliders(tmp_path):
         "import numpy as np\n"
         "from tinyattn import viz\n"
         "maps = np.full((2, 3, 4, 5), 0.2)\n"
-        "explorer = viz.explore_attention(maps, list('abcde'), list('wxyz'))")])
+        "explorer = viz.explore_attention(maps, list('abcde'), list('wxyz'))"),
+        nbformat.v4.new_code_cell("viz.explore_attention(maps[:1, :1], list('abcde'), list('wxyz'))")])
     nbclient.NotebookClient(notebook, timeout=120, store_widget_state=True,
                             resources={"metadata": {"path": str(tmp_path)}}).execute()
     assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in notebook.cells[0].outputs)
     widgets = notebook.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"].values()
-    sliders = {w["state"]["description"]: w["state"]["max"] for w in widgets if w["model_name"] == "IntSliderModel"}
-    assert sliders == {"layer": 1, "head": 2, "query": 3}
+    sliders = sorted((w["state"]["description"], w["state"]["max"]) for w in widgets
+                     if w["model_name"] == "IntSliderModel")
+    assert sliders == [("head", 2), ("layer", 1), ("query", 3), ("query", 3)]    # one layer and head: a query slider
     drawn = [o for w in widgets if w["model_name"] == "OutputModel" for o in w["state"]["outputs"]]
     assert any("image/png" in o.get("data", {}) for o in drawn)          # interact drew the first view

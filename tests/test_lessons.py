@@ -5,8 +5,11 @@ import os
 import pathlib
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
+
+from tinyattn import lesson as lesson_module
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 LESSONS = sorted((ROOT / "lessons").glob("[0-9][0-9]_*.py"))
@@ -35,6 +38,9 @@ EXPECTED_KEYS = {
 }
 
 
+TRAINED = {"01", "02", "05", "06", "07", "08", "09", "10", "11", "12", "13", "14", "15", "16", "17", "18"}   # accuracies
+
+
 def run(args, tmp_path, timeout=120):
     env = {**os.environ, "TINYATTN_PLOTS": str(tmp_path), "PYTHONUNBUFFERED": "1"}
     return subprocess.run([sys.executable] + args, cwd=ROOT, env=env, capture_output=True, text=True,
@@ -55,6 +61,9 @@ def test_lesson_quick_run(lesson, tmp_path):
     metrics = json.loads(lines[0][len("RESULT "):])
     missing = EXPECTED_KEYS[lesson.name[:2]] - set(metrics)
     assert not missing, f"RESULT lacks {missing}"
+    if lesson.name[:2] in TRAINED:
+        note = lesson_module.quick_note(SimpleNamespace(quick=True))
+        assert note in result.stdout, "a quick run's accuracies and losses must say it is too small to learn"
     figures = list(tmp_path.glob("*.png"))
     assert figures, "the lesson wrote no figure"
     assert all(f.name.startswith(lesson.name[:2]) for f in figures)

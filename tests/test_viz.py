@@ -2,6 +2,7 @@
 readability (colour bars, tick sizes, reference lines), and where save() sends a figure. Nothing needs a display."""
 import numpy as np
 import pytest
+from matplotlib.transforms import Bbox
 
 import tinyattn as ta
 import tinyattn.functional as F
@@ -91,6 +92,55 @@ def test_heatmaps_carry_a_colour_bar_and_readable_ticks():
     for drawn in (fig.axes[2].get_xticklabels(), fig.axes[0].get_yticklabels()):   # bottom row, left column
         assert [t.get_text() for t in drawn] == ["a", "\\n", " "]              # a newline shown, not a line break
     viz.plt.close(fig)
+
+
+def _panels(fig):
+    """Each plot's axes with the colour bars of its images: the parts of one panel."""
+    return [[ax] + [image.colorbar.ax for image in ax.images if image.colorbar]
+            for ax in fig.axes if ax.get_label() != "<colorbar>"]
+
+
+def _overlapping_panels(fig):
+    """Pairs of panels whose drawn text and axes (tight bounding boxes, after drawing) cross each other."""
+    fig.draw_without_rendering()
+    boxes = [Bbox.union([ax.get_tightbbox() for ax in panel]) for panel in _panels(fig)]
+    return [(i, j) for i in range(len(boxes)) for j in range(i + 1, len(boxes)) if boxes[i].overlaps(boxes[j])]
+
+
+def _every_heatmap_has_its_colour_bar(fig):
+    return all(image.colorbar is not None for ax in fig.axes for image in ax.images if ax.get_label() != "<colorbar>")
+
+
+def test_side_by_side_heatmaps_keep_clear_of_each_other_and_each_has_its_colour_bar():
+    rng = np.random.default_rng(0)
+    sources = ["tue jun 17 2003", "January 17th 1985"]                    # lesson 02's panels: long titles, <eos>
+    maps = [rng.dirichlet(np.ones(len(s)), size=11) for s in sources]
+    outputs = [list("2003-06-17") + ["<eos>"], list("1985-01-17") + ["<eos>"]]
+    tokens = "the cat sat on the mat".split()                            # lesson 03's
+    drawn = [viz.attention_heatmaps(maps, [list(s) for s in sources], outputs, [f"{s} -> x" for s in sources]),
+             viz.attention_heatmaps([np.eye(6), np.tril(np.ones((6, 6))) / np.arange(1, 7)[:, None]],
+                                    [tokens, tokens], [tokens, tokens], ["self-attention", "with a causal mask"]),
+             viz.position_encoding(nn.sinusoidal_table(64, 64).numpy())]
+    for fig, panels in zip(drawn, (2, 2, 2)):
+        assert len(_panels(fig)) == panels and all(len(panel) == 2 for panel in _panels(fig))
+        assert _overlapping_panels(fig) == [] and _every_heatmap_has_its_colour_bar(fig)
+        viz.plt.close(fig)
+    fig, axes = viz.plt.subplots(1, 2, figsize=(9, 3.6))             # as lesson 03 drew them: the check can fail
+    for ax in axes:
+        viz.attention_heatmap(np.eye(6), tokens, tokens, ax=ax)
+    assert _overlapping_panels(fig) == [(0, 1)]
+    viz.plt.close(fig)
+
+
+def test_the_explorer_labels_keys_by_their_tokens_and_offers_only_choices_that_move():
+    explorer = viz.explore_attention(np.full((1, 1, 3, 4), 0.25), x_labels=["a", "\n", "b", "c"],
+                                     y_labels=list("xyz"))
+    assert [t.get_text() for t in explorer.bar_ax.get_xticklabels()] == ["a", "\\n", "b", "c"]
+    assert explorer.choices() == {"query": 3}                           # one layer, one head: nothing to move
+    assert _overlapping_panels(explorer.figure) == []
+    explorer.add_sliders()
+    assert set(explorer.sliders) == {"query"} and _overlapping_panels(explorer.figure) == []   # nor the slider
+    viz.plt.close(explorer.figure)
 
 
 def test_head_scores_and_one_heads_pattern_are_drawn_with_a_colour_bar_and_their_labels():

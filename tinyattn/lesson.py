@@ -2,7 +2,7 @@
 or as a notebook saved anywhere: its command line (--quick, --seed, --gallery), where figures go, the line that says
 what the run ran on (and which tinyattn folder it imported), progress bars, and the closing RESULT line.
 
-`from tinyattn.lesson import options, plot_path, progress, report` at the top of a lesson.
+`from tinyattn.lesson import options, plot_path, progress, quick_note, report` at the top of a lesson.
 """
 import argparse
 import difflib
@@ -12,6 +12,7 @@ import sys
 
 from . import cpu, environment
 from .backend import manual_seed
+from .hub import PretrainedError
 
 PACKAGE = os.path.dirname(os.path.abspath(__file__))  # the tinyattn folder this process imported
 ROOT = os.path.dirname(PACKAGE)
@@ -120,8 +121,25 @@ def expect_speedup(what, measured, expected):
     return held
 
 
+def quick_note(args):
+    """What a lesson prints beside its accuracies and losses: on a quick run, that it is too small to learn (its
+    numbers say only that the code runs); nothing on a real run."""
+    return "   (a quick run: too small to learn; run without --quick for the lesson's numbers)" if args.quick else ""
+
+
 def report(**metrics):
-    """Print the lesson's closing line: RESULT {json} with every measured number."""
-    line = "RESULT " + json.dumps({k: (float(f"{v:.4g}") if isinstance(v, float) else v) for k, v in metrics.items()})
-    print(line, flush=True)
-    return metrics
+    """Print the lesson's closing line, RESULT {json} with every measured number, for the tests and scripts that read
+    a run. A notebook shows neither the line nor the numbers again: its reader has seen them where the lesson
+    printed them."""
+    if "ipykernel" not in sys.modules:
+        print("RESULT " + json.dumps({k: (float(f"{v:.4g}") if isinstance(v, float) else v)
+                                      for k, v in metrics.items()}), flush=True)
+
+
+def from_pretrained(weights, *classes):
+    """Each class's from_pretrained(weights) (a model, its tokenizer, its image processor), for a lesson to call
+    before it trains anything: a folder or hub name that cannot be read stops the run at once, in one line."""
+    try:
+        return [cls.from_pretrained(weights) for cls in classes]
+    except PretrainedError as error:
+        raise SystemExit(f"--weights {weights}: {error}") from None

@@ -1,4 +1,4 @@
-"""Checkpoints as .npz archives: written atomically, read without pickle, nested structures included.
+"""Checkpoints as .npz archives or .safetensors files: written atomically, read without pickle.
 
 save(obj, path) takes a state_dict (name -> tensor) or any nesting of dicts, lists and tuples whose leaves are tensors,
 arrays, numbers, strings, booleans or None: {"model": model.state_dict(), "optimizer": opt.state_dict(),
@@ -10,9 +10,17 @@ Writing goes to a temporary file beside the target, flushed to disk and renamed 
 checkpoint or the new one, never half of one. A temporary's name carries the writer's process id; the next save to
 the same target removes those of processes that no longer run (a killed save leaves nothing behind for long).
 Reading never unpickles: a file that is not a tinyattn checkpoint is refused, saying what it looks like.
+
+A path ending in .safetensors holds a flat state_dict (name -> tensor) in the format Hugging Face, PyTorch and timm
+exchange weights in: an 8-byte little-endian header length, a JSON header giving each tensor's dtype, shape and byte
+range, then the raw bytes. Written through the safetensors package with metadata {"format": "pt"}, as transformers
+expects; read after checking the header, so a truncated or foreign file is refused with what is wrong. Keep .npz for
+training state (optimizer, nested dicts). save and load also take an open binary file instead of a path (.npz).
 """
+import io
 import json
 import os
+import struct
 import tempfile
 import zipfile
 
@@ -29,17 +37,34 @@ class CheckpointError(ValueError):
 
 
 # -- saving --------------------------------------------------------------------------------------------------------
-def save(obj, path):
-    """Write obj (see the module's docstring) to path, atomically."""
+def save(obj, f):
+    """Write obj (see the module's docstring) to f: a path, written atomically (.safetensors by its extension, else
+    .npz), or an open binary file (.npz)."""
+    if hasattr(f, "write"):
+        arrays = {}
+        structure = _encode(obj, "", arrays)
+        _write_archive(f, arrays, structure)
+        return
+    path = os.fspath(f)
+    if path.endswith(".safetensors"):
+        data = safetensors_bytes(obj, path)
+        atomic_write(path, lambda file: file.write(data))
+        return
     arrays = {}
     structure = _encode(obj, "", arrays)
+    atomic_write(path, lambda file: _write_archive(file, arrays, structure))
+
+
+def atomic_write(path, write):
+    """Call write(file) on a temporary beside path, flush it to disk and rename it over path: a crash leaves the old
+    file or the new one, never half of one."""
     path = os.fspath(path)
     folder, name = os.path.split(os.path.abspath(path))
     _remove_orphans(folder, name)
-    handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{name}.tmp-{os.getpid()}-", suffix=".npz")
+    handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{name}.tmp-{os.getpid()}-")
     try:
         with os.fdopen(handle, "wb") as file:
-            _write_archive(file, arrays, structure)
+            write(file)
             file.flush()
             os.fsync(file.fileno())
         os.chmod(temporary, 0o666 & ~_umask())      # as a plain open() would have made it, not mkstemp's 0600
@@ -47,6 +72,25 @@ def save(obj, path):
     except BaseException:
         os.unlink(temporary)
         raise
+
+
+def safetensors_bytes(state_dict, path="the file"):
+    """A flat dict name -> tensor as the bytes of a .safetensors file."""
+    from safetensors.numpy import save as to_bytes
+    if not isinstance(state_dict, dict):
+        raise TypeError(f"save: {path} is a .safetensors file, which holds a flat dict name -> tensor (a "
+                        f"state_dict); got a {type(state_dict).__name__}. Use .npz for other structures")
+    arrays = {}
+    for key, value in state_dict.items():
+        if not isinstance(key, str) or not (isinstance(value, Tensor) or backend.is_array(value)):
+            raise TypeError(f"save: {path} is a .safetensors file, which holds tensors under string names only; "
+                            f"{key!r} is a {type(value).__name__}. Save training state (optimizer, nested dicts, "
+                            "numbers) as .npz")
+        array = numpy.require(backend.to_host(as_array(value)), requirements="C")     # keeps 0-d arrays 0-d
+        if array.dtype.hasobject:
+            raise TypeError(f"save: {key!r} is an array of Python objects; safetensors holds numeric arrays only")
+        arrays[key] = array
+    return to_bytes(arrays, metadata={"format": "pt"})
 
 
 def _write_archive(file, arrays, structure):
@@ -117,16 +161,25 @@ def _running(pid):
 
 
 # -- loading -------------------------------------------------------------------------------------------------------
-def load(path, map_location=None, device=None):
-    """Read what save() wrote, its arrays as tensors on map_location (or device; default: the default device)."""
+def load(f, map_location=None, device=None):
+    """Read what save() wrote (or any .safetensors file), its arrays as tensors on map_location (or device; default:
+    the default device). f is a path or an open binary file."""
     device = backend.check_device(str(map_location or device or backend.default_device()))
-    path = os.fspath(path)
-    with open(path, "rb") as file:
-        start = file.read(8)
+    if hasattr(f, "read"):
+        path, data = str(getattr(f, "name", "the file")), f.read()
+        source = io.BytesIO(data)
+    else:
+        path = source = os.fspath(f)
+        with open(path, "rb") as file:
+            data = file.read(16)
+    if _is_safetensors(data) or path.endswith(".safetensors"):
+        arrays = read_safetensors(source if isinstance(source, str) else data, path)
+        return {key: Tensor(backend.to_device(array, device)) for key, array in arrays.items()}
+    start = data[:8]
     if not start.startswith(b"PK\x03\x04"):
         raise CheckpointError(f"{path} is not a tinyattn checkpoint: {_looks_like(start)}")
     try:
-        with zipfile.ZipFile(path) as archive:
+        with zipfile.ZipFile(source) as archive:
             names = archive.namelist()
             if STRUCTURE in names:
                 return _decode(json.loads(archive.read(STRUCTURE)), archive, device, path)
@@ -139,6 +192,59 @@ def load(path, map_location=None, device=None):
                               "which is pickled). tinyattn reads no pickles; in PyTorch, save the arrays instead: "
                               "numpy.savez(path, **{k: v.cpu().numpy() for k, v in state_dict.items()})")
     raise CheckpointError(f"{path} is a zip archive but not a checkpoint: it holds {names[:5]}")
+
+
+def _is_safetensors(start):
+    """A safetensors file starts with its header's length (8 bytes, little-endian), then the header's '{'."""
+    return len(start) > 8 and start[8:9] == b"{" and struct.unpack("<Q", start[:8])[0] > 1
+
+
+# dtypes safetensors writes that NumPy holds; BF16 and the float8 types have no NumPy dtype
+SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "I64": "int64", "I32": "int32",
+                      "I16": "int16", "I8": "int8", "U64": "uint64", "U32": "uint32", "U16": "uint16", "U8": "uint8",
+                      "BOOL": "bool"}
+
+
+def read_safetensors(source, name=None):
+    """The arrays of a .safetensors file (a path or its bytes), by name, after checking its header: a truncated,
+    damaged or foreign file, or a dtype NumPy cannot hold, is refused saying which and why."""
+    from safetensors.numpy import load as from_bytes
+    name = name or source
+    if isinstance(source, (bytes, bytearray)):
+        data = bytes(source)
+    else:
+        with open(source, "rb") as file:
+            data = file.read()
+    if len(data) < 8:
+        raise CheckpointError(f"{name} is truncated: {len(data)} bytes, shorter than a safetensors header")
+    length = struct.unpack("<Q", data[:8])[0]
+    if 8 + length > len(data):
+        raise CheckpointError(f"{name} is truncated or not a safetensors file: its header claims {length} bytes, "
+                              f"the file has {len(data) - 8} after the length")
+    try:
+        header = json.loads(data[8:8 + length])
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"{name} has a damaged safetensors header ({error})") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{name} has a damaged safetensors header (not a JSON object)")
+    body = len(data) - 8 - length
+    for key, entry in header.items():
+        if key == "__metadata__":
+            continue
+        if not isinstance(entry, dict) or not {"dtype", "shape", "data_offsets"} <= entry.keys():
+            raise CheckpointError(f"{name}: the header's entry {key!r} is damaged: {entry!r}")
+        if entry["dtype"] not in SAFETENSORS_DTYPES:
+            raise CheckpointError(f"{name}: tensor {key!r} is stored as {entry['dtype']}, which NumPy has no dtype "
+                                  f"for (tinyattn reads {', '.join(SAFETENSORS_DTYPES)}); convert it to float32 "
+                                  "where it was saved")
+        if entry["data_offsets"][1] > body:
+            raise CheckpointError(f"{name} is truncated: tensor {key!r} ends at byte {entry['data_offsets'][1]} of "
+                                  f"the data, which has {body}")
+    try:
+        arrays = from_bytes(data)
+    except Exception as error:        # the package's own checks (overlapping or misaligned ranges, wrong sizes)
+        raise CheckpointError(f"{name} is not a valid safetensors file ({error})") from None
+    return {key: numpy.array(arrays[key]) for key in sorted(arrays)}      # writable copies, not views of data
 
 
 def _looks_like(start):

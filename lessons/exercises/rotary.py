@@ -2,8 +2,10 @@
 
 RoPE (Su et al. 2021) rotates each pair of a query's (and key's) channels by an angle proportional to its
 position: position m, pair i, angle m * theta_i with theta_i = base^(-2i/D). A rotation by m theta and one by
-n theta meet in a dot product as a rotation by (m - n) theta, so q_m . k_n depends on m - n only: relative position,
-and nothing added to the embeddings. Pairs are (i, i + D/2), as in GPT-NeoX and LLaMA (and nn.RotaryEmbedding).
+n theta meet in a dot product as a rotation by (m - n) theta, so q_m . k_n depends on the positions only through
+m - n: relative position, and nothing added to the embeddings. Pairs are (i, i + D/2), as in GPT-NeoX, Hugging Face's
+port of LLaMA and nn.RotaryEmbedding; the RoPE paper and Meta's original LLaMA code pair neighbours (2i, 2i + 1)
+instead, the same rotation with the channels in another order (lesson 13 shows both).
 
 Shapes
     rotary_tables(length, head_dim, offset=0, base=10000.0) -> cos, sin: NumPy float64 (length, head_dim) for
@@ -15,7 +17,7 @@ The math to derive
        x * cos + rotate_half(x) * sin with rotate_half(x1, x2) = (-x2, x1) on the two halves of the last axis.
     2. The output is linear in x: y = C x + S R x with R = rotate_half. Its backward is dx = C g + R^T S g.
        What is R^T, in terms of R?
-    3. Why is |y| = |x|, and why does q_m . k_n depend only on m - n?
+    3. Why is |y| = |x|, and why does q_m . k_n depend on the positions only through m - n?
 
 Check it:    python -m lessons check rotary
 """

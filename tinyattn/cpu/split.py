@@ -188,6 +188,6 @@ def attention_parts(batch_shape, n_rows, n_keys, like, mask=None):
         seen = [seen_by_block(e) for e in entries]
     if all(len(set(row)) == 1 for row in seen):           # the same keys for every row (a padding mask)
         return [AttentionPart(e, r, batch_ndim, n_rows, row[0]) for r in rows for e, row in zip(entries, seen)]
-    # block by block, then entry by entry: dealt round-robin, every thread gets its share of each block
+    # block by block, then entry by entry: dealt back and forth, every thread gets its share of each block
     return [AttentionPart(e, b, batch_ndim, n_rows, seen[i][j]) for j, b in enumerate(blocks)
             for i, e in enumerate(entries)]

@@ -6,10 +6,11 @@ or multi-query attention (num_kv_heads), rotary positions, and the flash attenti
 """
 from dataclasses import dataclass
 
-from .. import backend
+from .. import backend, hub
 from .. import functional as F
 from ..tensor import Tensor, as_array, no_grad
 from .. import nn
+from . import hf_gpt2
 
 
 @dataclass
@@ -121,6 +122,19 @@ class GPT(nn.Module):
         if return_attention:
             outputs += (maps,)
         return outputs[0] if len(outputs) == 1 else outputs
+
+    @classmethod
+    def from_pretrained(cls, name_or_folder):
+        """GPT-2 from a Hugging Face folder (config.json + model.safetensors, or shards) or a hub name ('gpt2',
+        'gpt2-medium', 'openai-community/gpt2', ...; needs the hub extra and the network once). The weights keep
+        the file's dtype (float32 for the published ones); .double() after, for float64. Returned in eval mode."""
+        return hub.load_model(cls, GPTConfig, hf_gpt2, name_or_folder)
+
+    def save_pretrained(self, folder):
+        """Write config.json and model.safetensors in GPT-2's layout, which transformers'
+        GPT2LMHeadModel.from_pretrained(folder) reads; a model GPT-2 cannot express is refused naming the setting."""
+        config = hf_gpt2.config_to_hf(self.config)
+        hub.write_folder(folder, config, hf_gpt2.state_dict_to_hf(self.state_dict(), self.config))
 
     def aux_loss(self):
         """The summed load-balancing losses of the MoE layers (0 without MoE)."""

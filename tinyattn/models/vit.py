@@ -18,11 +18,12 @@ The class and distillation tokens get no position in the fixed, 2-D and relative
 """
 from dataclasses import dataclass
 
-from .. import backend, ops
+from .. import backend, hub, ops
 from .. import functional as F
 from ..creation import zeros
 from ..tensor import as_array
 from .. import nn
+from . import hf_vit
 
 
 @dataclass
@@ -40,14 +41,16 @@ class ViTConfig:
     pool: str = "cls"                # "cls" | "mean"
     impl: str = "naive"
     distillation: bool = False       # DeiT: add a distillation token and head
+    norm_eps: float = 1e-6           # the LayerNorms' epsilon (timm's ViT; Hugging Face's google/vit-*: 1e-12)
+    id2label: dict = None            # class index -> name, for a loaded model's predictions
 
 
 class EncoderBlock(nn.Module):
     """Pre-norm Transformer encoder block: x + attn(LN(x)), then x + MLP(LN(x))."""
 
-    def __init__(self, d_model, num_heads, mlp_ratio=4, dropout=0.0, impl="naive"):
+    def __init__(self, d_model, num_heads, mlp_ratio=4, dropout=0.0, impl="naive", eps=1e-6):
         super().__init__()
-        self.norm1, self.norm2 = nn.LayerNorm(d_model, eps=1e-6), nn.LayerNorm(d_model, eps=1e-6)
+        self.norm1, self.norm2 = nn.LayerNorm(d_model, eps=eps), nn.LayerNorm(d_model, eps=eps)
         self.attn = nn.MultiHeadAttention(d_model, num_heads, dropout=dropout if impl != "flash" else 0.0, impl=impl)
         self.mlp = nn.MLP(d_model, mlp_ratio * d_model, dropout=dropout)
 
@@ -102,14 +105,21 @@ class ViT(nn.Module):
             raise ValueError("position must be 'none', 'learned', 'sincos', 'sincos2d', 'learned2d' or 'relative', "
                              f"got {config.position!r}")
         self.blocks = nn.ModuleList(EncoderBlock(config.d_model, config.num_heads, config.mlp_ratio, config.dropout,
-                                                 config.impl) for _ in range(config.depth))
+                                                 config.impl, config.norm_eps) for _ in range(config.depth))
         self.relative_bias = None
         if config.position == "relative":                                  # one table per block, as in Swin
             self.relative_bias = nn.ModuleList(PatchRelativeBias(grid, config.num_heads, self.num_prefix)
                                                for _ in range(config.depth))
-        self.norm = nn.LayerNorm(config.d_model, eps=1e-6)
+        self.norm = nn.LayerNorm(config.d_model, eps=config.norm_eps)
         self.head = nn.Linear(config.d_model, config.num_classes)
         self.head_dist = nn.Linear(config.d_model, config.num_classes) if config.distillation else None
+
+    @classmethod
+    def from_pretrained(cls, name_or_folder):
+        """A ViTForImageClassification from a Hugging Face folder (config.json + model.safetensors) or a hub name
+        ('google/vit-base-patch16-224'; needs the hub extra and the network once), in eval mode, in the file's
+        dtype. config.id2label names its classes; models.ImageProcessor.from_pretrained(same) prepares images."""
+        return hub.load_model(cls, ViTConfig, hf_vit, name_or_folder)
 
     def features(self, images, need_weights=False):
         """The final normalised tokens (B, prefix + N, D), and per block the attention maps (B, H, T, T) if asked."""

@@ -68,8 +68,10 @@ class LearnedPositionalEmbedding(Module):
 class RotaryEmbedding(Module):
     """RoPE (Su et al., 2021): rotate each pair of channels of q and k by an angle proportional to the position.
 
-    Pairs are (i, i + head_dim/2) as in GPT-NeoX and LLaMA. Then q_m . k_n depends on m - n only: relative position
-    enters through the dot product itself, and nothing is added to the token embeddings.
+    Pairs are (i, i + head_dim/2) as in GPT-NeoX and Hugging Face's port of LLaMA (rotate_half); the paper and Meta's
+    original LLaMA code pair neighbours (2i, 2i + 1), the same rotation with the channels in another order. Then
+    q_m . k_n depends on the positions only through m - n: relative position enters through the dot product itself,
+    and nothing is added to the token embeddings.
     """
 
     def __init__(self, head_dim, max_len=4096, base=10000.0):

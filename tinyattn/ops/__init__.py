@@ -1,13 +1,13 @@
 """Primitive Functions, forward beside backward, and the PyTorch-named functions and Tensor methods built on them.
 
 Every ``forward``/``backward`` works on raw backend arrays and takes its array module from them (``xp_of``), so one
-implementation serves NumPy and CuPy. elementwise.py (arithmetic, one-input math, casts and moves), matmul.py,
+implementation serves NumPy and CuPy. elementwise.py (arithmetic, one-input math, moves between devices), matmul.py,
 reductions.py, shapes.py, indexing.py, sorting.py, einsum.py, in_place.py (x += y, x[i] = v, x.add_(y), ...); dims.py and promotion.py
-hold PyTorch's rules for dim arguments and result dtypes; methods.py attaches everything to Tensor.
+hold PyTorch's rules for dim arguments and result dtypes (promotion.py also Cast, the differentiable dtype change); methods.py attaches everything to Tensor.
 """
 from .dims import dim_index, dim_indices
 from .einsum import Einsum, einsum
-from .elementwise import (Add, Cast, Clamp, Clone, Cos, Div, Exp, Log, LogSigmoid, Maximum, Minimum, Mul, Neg, Pow,
+from .elementwise import (Add, Clamp, Clone, Cos, Div, Exp, Log, LogSigmoid, Maximum, Minimum, Mul, Neg, Pow,
                           PowScalar, Relu, Rsqrt, Sigmoid, Sin, Sqrt, Sub, Tanh, ToDevice, abs, add, allclose, binary,
                           bitwise_and, bitwise_not, bitwise_or, bitwise_xor, cast, clamp, clone, cos, div, exp,
                           floor_divide, isfinite, isinf, isnan, log, logsigmoid, maximum, minimum, mul, neg, pow, relu,
@@ -18,7 +18,7 @@ from .indexing import (Gather, GetItem, IndexAdd, IndexPut, MaskedFill, Scatter,
                        triu, where)
 from .matmul import MatMul, bmm, matmul
 from .methods import install as _install_methods
-from .promotion import (accumulates_in_float32, check_one_dtype, computes_in_float, float_only, in_float32_if_half,
+from .promotion import (Cast, accumulates_in_float32, check_one_dtype, computes_in_float, float_only, in_float32_if_half,
                         no_bool, require_float, result_dtype)
 from .reductions import (Cumsum, LogSumExp, MaxOrMin, Mean, Norm, Prod, Sum, TakeAlongDim, Var, all, amax, amin, any,
                          argmax, argmin, cumsum, logsumexp, max, mean, min, norm, prod, std, sum, var)

@@ -5,7 +5,7 @@ import builtins
 from .. import backend
 from ..backend import check_device, device_of, get_default_dtype, is_array, silent_float_errors, to_device, xp_of
 from ..tensor import Function, Tensor, as_array
-from .promotion import computes_in_float, float_only, no_bool, result_dtype
+from .promotion import Cast, computes_in_float, float_only, no_bool, result_dtype
 
 
 # -- two inputs ---------------------------------------------------------------------------------------------------
@@ -330,17 +330,6 @@ class Relu(Function):
     def backward(ctx, grad):
         (out,) = ctx.saved_tensors
         return grad * (out > 0)
-
-
-class Cast(Function):
-    @staticmethod
-    def forward(ctx, x, dtype):
-        ctx.dtype = x.dtype
-        return x.astype(dtype)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad.astype(ctx.dtype), None
 
 
 class ToDevice(Function):

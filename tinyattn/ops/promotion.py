@@ -22,7 +22,20 @@ import functools
 
 from .. import backend
 from ..backend import get_default_dtype
-from ..tensor import Tensor
+from ..tensor import Function, Tensor
+
+class Cast(Function):
+    """x in another dtype, differentiably: the gradient goes back in x's dtype."""
+
+    @staticmethod
+    def forward(ctx, x, dtype):
+        ctx.dtype = x.dtype
+        return x.astype(dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.astype(ctx.dtype), None
+
 
 _CATEGORY = {"b": 0, "u": 1, "i": 1, "f": 2}
 
@@ -88,7 +101,6 @@ def _on_input(rule, untouched):
 
 
 def _in_default_float(input, name):
-    from .elementwise import Cast
     return Cast.apply(input, get_default_dtype())
 
 
@@ -124,7 +136,6 @@ def in_float32_if_half(function, input, *args, **kwargs):
     to float32 first and every float32 tensor it returns cast back to float16 (gradients go back the same way)."""
     if input.array.dtype != backend.float16:
         return function(input, *args, **kwargs)
-    from .elementwise import Cast
 
     def up(a):
         return Cast.apply(a, backend.float32) if isinstance(a, Tensor) and a.array.dtype == backend.float16 else a

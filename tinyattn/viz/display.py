@@ -1,4 +1,4 @@
-"""Where a figure goes once it is drawn: always to a file, announced by its path; inline as well in a notebook; in
+"""Where a figure goes once it is drawn: always to a file; inline in a notebook, elsewhere announced by its path; in
 a window as well when a lesson is stepped through on a display (the stepper sets TINYATTN_SHOW_FIGURES=1). A plain
 script or a test shows nothing, so no display is ever needed."""
 import os
@@ -8,8 +8,11 @@ import matplotlib.pyplot as plt
 
 
 def in_notebook():
-    """True inside a Jupyter kernel."""
-    return "ipykernel" in sys.modules
+    """True inside a Jupyter kernel (ipykernel imported, by a test say, is not one: the shell must have a kernel)."""
+    if "ipykernel" not in sys.modules:
+        return False
+    from IPython import get_ipython
+    return getattr(get_ipython(), "kernel", None) is not None
 
 
 def showing_windows():
@@ -18,16 +21,20 @@ def showing_windows():
 
 
 def save(fig, path):
-    """Write fig to path (folders created), say where, and show it where it can be seen. Returns the path."""
+    """Write fig to path (folders created) and show it where it can be seen: inline in a notebook, elsewhere its path
+    (and a window when stepping on a display). Returns the path; in a notebook None, as the figure is what the
+    cell shows (a path returned by a cell's last line would be echoed under it)."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=110, bbox_inches="tight")
-    print(f"figure: {os.path.relpath(path)}", flush=True)
     if in_notebook():
         from IPython.display import display
         display(fig)
-    elif showing_windows():
-        plt.show(block=False)
-        plt.pause(0.001)
-        return path
+        path = None
+    else:
+        print(f"figure: {os.path.relpath(path)}", flush=True)
+        if showing_windows():
+            plt.show(block=False)
+            plt.pause(0.001)
+            return path
     plt.close(fig)              # shown (or not needed): free it, so a long lesson does not pile up open figures
     return path

@@ -5,7 +5,7 @@ import matplotlib.pyplot as plt
 import numpy
 
 from .display import in_notebook, showing_windows
-from .figures import TICK_SIZE, attention_heatmap
+from .figures import TICK_SIZE, _token_labels, attention_heatmap
 
 MAX_TICK_LABELS = 40          # beyond this many tokens an axis shows numbers, not labels
 
@@ -39,7 +39,7 @@ class AttentionExplorer:
             raise ValueError(f"{len(self.x_labels)} key labels and {len(self.y_labels)} query labels for maps of "
                              f"{queries} queries and {keys} keys")
         self.title = title
-        self.figure, (self.map_ax, self.bar_ax) = plt.subplots(1, 2, figsize=(10, 4),
+        self.figure, (self.map_ax, self.bar_ax) = plt.subplots(1, 2, figsize=(10, 4), layout="constrained",
                                                                gridspec_kw={"width_ratios": [3, 2]})
         attention_heatmap(self.maps[0, 0], self.x_labels if keys <= MAX_TICK_LABELS else None,
                           self.y_labels if queries <= MAX_TICK_LABELS else None, ax=self.map_ax)
@@ -47,6 +47,8 @@ class AttentionExplorer:
         self.image.set_clim(0, max(self.maps.max(), 1e-9))      # one colour scale for every layer and head
         self.marker = self.map_ax.axhline(0, color="white", lw=1.5)
         self.bars = self.bar_ax.bar(range(keys), self.maps[0, 0, 0], color="tab:blue")
+        if keys <= MAX_TICK_LABELS:                     # the keys by their tokens, as on the heatmap's axis
+            self.bar_ax.set_xticks(range(keys), labels=_token_labels(self.x_labels), rotation=90)
         self.bar_ax.set_ylim(0, 1)
         self.bar_ax.set_xlabel("key", fontsize=9)
         self.bar_ax.set_ylabel("weight", fontsize=9)
@@ -72,13 +74,17 @@ class AttentionExplorer:
         self.figure.canvas.draw_idle()
         return self
 
+    def choices(self):
+        """{name: count} of layer, head and query, for those that have more than one to choose from: a slider for
+        one layer or one head could not move."""
+        return {name: count for name, count in zip(("layer", "head", "query"), self.maps.shape) if count > 1}
+
     def add_sliders(self):
         """matplotlib sliders under the figure, one for each of layer, head and query that has a choice."""
         from matplotlib.widgets import Slider
-        self.figure.subplots_adjust(bottom=0.32)
+        self.figure.get_layout_engine().set(rect=(0, 0.25, 1, 0.75))        # the plots above, the sliders below
         self.sliders = {}
-        choices = [(name, count) for name, count in zip(("layer", "head", "query"), self.maps.shape) if count > 1]
-        for i, (name, count) in enumerate(choices):
+        for i, (name, count) in enumerate(self.choices().items()):
             ax = self.figure.add_axes([0.15, 0.17 - 0.05 * i, 0.6, 0.03])
             slider = Slider(ax, name, 0, count - 1, valinit=0, valstep=1)
             slider.on_changed(lambda value, name=name: self.select(**{name: value}))
@@ -103,8 +109,7 @@ def explore_attention(maps, x_labels=None, y_labels=None, title="attention"):
 
         def show(**chosen):                          # interact clears its output and shows the redrawn figure
             display(explorer.select(**chosen).figure)
-        sliders = {name: ipywidgets.IntSlider(0, 0, count - 1)
-                   for name, count in zip(("layer", "head", "query"), explorer.maps.shape)}
+        sliders = {name: ipywidgets.IntSlider(0, 0, count - 1) for name, count in explorer.choices().items()}
         plt.close(explorer.figure)                   # shown by interact, not a second time by the inline backend
         ipywidgets.interact(show, **sliders)
     elif showing_windows():

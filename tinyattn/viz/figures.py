@@ -46,6 +46,34 @@ def attention_heatmap(weights, x_labels=None, y_labels=None, ax=None, title=None
     return fig or ax.figure
 
 
+def attention_heatmaps(maps, x_labels, y_labels, titles):
+    """Attention matrices side by side, each as attention_heatmap draws it (its own tokens, title and colour bar):
+    maps, x_labels, y_labels and titles are lists with one entry per panel. The layout keeps each panel's text
+    (a colour bar's label, the next panel's tick labels) clear of the others'."""
+    width = sum(0.25 * numpy.shape(m)[1] + 2.0 for m in maps)
+    height = 0.3 * max(numpy.shape(m)[0] for m in maps) + 1.5
+    fig, axes = plt.subplots(1, len(maps), figsize=(width, height), squeeze=False, layout="constrained")
+    for ax, weights, xs, ys, title in zip(axes[0], maps, x_labels, y_labels, titles):
+        attention_heatmap(numpy.asarray(weights), xs, ys, ax=ax, title=title)
+    return fig
+
+
+def position_encoding(table):
+    """A position encoding table (positions, dims) and the dot products between its positions, side by side, each
+    with a colour bar."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), layout="constrained")
+    drawn = axes[0].imshow(table.T, cmap="RdBu", aspect="auto", vmin=-1, vmax=1)
+    axes[0].set(title="the encoding (dimensions x positions)", xlabel="position", ylabel="dimension")
+    _colorbar(drawn, axes[0], "value")
+    drawn = axes[1].imshow(table @ table.T, cmap="viridis")
+    axes[1].set(title="dot product between positions", xlabel="position", ylabel="position")
+    _colorbar(drawn, axes[1], "dot product")
+    for ax in axes:
+        ax.tick_params(labelsize=TICK_SIZE)
+        ax.title.set_fontsize(9)
+    return fig
+
+
 def attention_grid(maps, x_labels=None, y_labels=None, row_names=None, title=None):
     """A grid of heatmaps: maps (rows, cols, Lq, Lk), e.g. layers x heads."""
     maps = numpy.asarray(maps)

@@ -1,0 +1,371 @@
+"""Real models in and out: GPT-2 and ViT folders in Hugging Face's published layouts, written here from known weights
+(no download, no PyTorch), read by from_pretrained; save_pretrained's files; every refusal.
+
+The layouts, as transformers and the hub write them: GPT-2's linear layers are Conv1D with weights stored (in, out);
+c_attn holds q, k and v side by side; the hub's own gpt2 files have no "transformer." prefix and carry each layer's
+causal mask as h.N.attn.bias / h.N.attn.masked_bias; save_pretrained writes the prefix and omits lm_head.weight when
+it is tied to wte. ViT's query, key and value are separate Linears; its patch embedding is a Conv2d (D, C, p, p)."""
+import builtins
+import json
+import math
+import os
+import pathlib
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+import tinyattn as ta
+from tinyattn import data, hub, models
+
+from conftest import host
+
+D, HEADS, LAYERS, VOCAB, POSITIONS = 8, 2, 2, 11, 12
+
+
+def gpt2_arrays(rng, n_layer=LAYERS, d=D, vocab=VOCAB, positions=POSITIONS):
+    """Random GPT-2 weights in the published layout (no prefix)."""
+    def r(*shape):
+        return rng.normal(0, 0.3, shape)
+    arrays = {"wte.weight": r(vocab, d), "wpe.weight": r(positions, d), "ln_f.weight": 1 + r(d), "ln_f.bias": r(d)}
+    for i in range(n_layer):
+        arrays.update({f"h.{i}.ln_1.weight": 1 + r(d), f"h.{i}.ln_1.bias": r(d),
+                       f"h.{i}.attn.c_attn.weight": r(d, 3 * d), f"h.{i}.attn.c_attn.bias": r(3 * d),
+                       f"h.{i}.attn.c_proj.weight": r(d, d), f"h.{i}.attn.c_proj.bias": r(d),
+                       f"h.{i}.ln_2.weight": 1 + r(d), f"h.{i}.ln_2.bias": r(d),
+                       f"h.{i}.mlp.c_fc.weight": r(d, 4 * d), f"h.{i}.mlp.c_fc.bias": r(4 * d),
+                       f"h.{i}.mlp.c_proj.weight": r(4 * d, d), f"h.{i}.mlp.c_proj.bias": r(d)})
+    return arrays
+
+
+def gpt2_config(**changes):
+    config = {"model_type": "gpt2", "vocab_size": VOCAB, "n_positions": POSITIONS, "n_embd": D, "n_layer": LAYERS,
+              "n_head": HEADS, "n_inner": None, "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5,
+              "resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1, "scale_attn_weights": True,
+              "scale_attn_by_inverse_layer_idx": False, "tie_word_embeddings": True}
+    config.update(changes)
+    return config
+
+
+def write(folder, config, arrays, dtype="float32"):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    save_file({k: np.ascontiguousarray(v, dtype=dtype) for k, v in arrays.items()}, str(folder / "model.safetensors"),
+              metadata={"format": "pt"})
+    return folder
+
+
+def gpt2_by_hand(arrays, ids, n_layer, heads, eps=1e-5):
+    """GPT-2's forward written from its equations on the file's arrays (float64): Conv1D is x W + b."""
+    def layer_norm(x, w, b):
+        mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+        return (x - mean) / np.sqrt(var + eps) * w + b
+
+    def gelu_new(x):
+        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+    a = lambda k: arrays[k].astype(np.float64)
+    t = len(ids)
+    x = a("wte.weight")[ids] + a("wpe.weight")[:t]
+    for i in range(n_layer):
+        h = layer_norm(x, a(f"h.{i}.ln_1.weight"), a(f"h.{i}.ln_1.bias"))
+        q, k, v = np.split(h @ a(f"h.{i}.attn.c_attn.weight") + a(f"h.{i}.attn.c_attn.bias"), 3, axis=-1)
+        dh = q.shape[-1] // heads
+        out = []
+        for head in range(heads):
+            s = slice(head * dh, (head + 1) * dh)
+            scores = q[:, s] @ k[:, s].T / math.sqrt(dh) + np.triu(np.full((t, t), -np.inf), 1)
+            w = np.exp(scores - scores.max(-1, keepdims=True))
+            out.append(w / w.sum(-1, keepdims=True) @ v[:, s])
+        x = x + np.concatenate(out, -1) @ a(f"h.{i}.attn.c_proj.weight") + a(f"h.{i}.attn.c_proj.bias")
+        h = layer_norm(x, a(f"h.{i}.ln_2.weight"), a(f"h.{i}.ln_2.bias"))
+        x = x + gelu_new(h @ a(f"h.{i}.mlp.c_fc.weight") + a(f"h.{i}.mlp.c_fc.bias")) @ a(
+            f"h.{i}.mlp.c_proj.weight") + a(f"h.{i}.mlp.c_proj.bias")
+    return layer_norm(x, a("ln_f.weight"), a("ln_f.bias")) @ a("wte.weight").T
+
+
+def test_one_layer_gpt2_file_computes_gpt2s_equations(tmp_path):
+    arrays = gpt2_arrays(np.random.default_rng(0), n_layer=1)
+    folder = write(tmp_path / "gpt2", gpt2_config(n_layer=1), arrays, dtype="float64")
+    model = models.GPT.from_pretrained(folder)
+    assert not model.training and model.tok_emb.weight.dtype == ta.float64     # the file's dtype
+    ids = np.array([3, 1, 4, 1, 5, 9, 2, 6])
+    np.testing.assert_allclose(host(model(ta.tensor(ids[None])))[0], gpt2_by_hand(arrays, ids, 1, HEADS),
+                               rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("spelling", ["hub", "transformers", "sharded"])
+def test_both_key_spellings_and_shards_load_the_same_model(tmp_path, spelling):
+    arrays = gpt2_arrays(np.random.default_rng(1))
+    if spelling == "hub":                       # the hub's gpt2: no prefix, the causal masks as buffers
+        for i in range(LAYERS):
+            arrays[f"h.{i}.attn.bias"] = np.tril(np.ones((POSITIONS, POSITIONS)))[None, None]
+            arrays[f"h.{i}.attn.masked_bias"] = np.array(-1e4)
+        folder = write(tmp_path / "m", gpt2_config(), arrays)
+    else:
+        prefixed = {"transformer." + k: v for k, v in arrays.items()}
+        folder = write(tmp_path / "m", gpt2_config(), prefixed)
+        if spelling == "sharded":
+            (folder / "model.safetensors").unlink()
+            keys = sorted(prefixed)
+            shards = {"model-00001-of-00002.safetensors": keys[::2], "model-00002-of-00002.safetensors": keys[1::2]}
+            for shard, names in shards.items():
+                save_file({k: prefixed[k].astype(np.float32) for k in names}, str(folder / shard))
+            weight_map = {k: shard for shard, names in shards.items() for k in names}
+            (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    model = models.GPT.from_pretrained(folder)
+    assert model.tok_emb.weight.dtype == ta.float32
+    assert model.head.weight is model.tok_emb.weight
+    np.testing.assert_array_equal(host(model.blocks[1].attn.qkv.weight), arrays["h.1.attn.c_attn.weight"].T
+                                  .astype(np.float32))
+    ids = np.array([0, 10, 3, 3, 7])
+    logits = host(model.double()(ta.tensor(ids[None])))[0]
+    np.testing.assert_allclose(logits, gpt2_by_hand({k: v.astype(np.float32) for k, v in arrays.items()}, ids,
+                                                    LAYERS, HEADS), rtol=1e-10, atol=1e-12)
+
+
+def test_config_decides_what_it_says(tmp_path):
+    arrays = gpt2_arrays(np.random.default_rng(2))
+    arrays = {k: (v[:, :4 * 5] if "c_fc.weight" in k else v[:4 * 5] if "c_fc.bias" in k else
+                  v[:4 * 5] if "mlp.c_proj.weight" in k else v) for k, v in arrays.items()}
+    arrays["lm_head.weight"] = np.random.default_rng(3).normal(size=(VOCAB, D))
+    folder = write(tmp_path / "m", gpt2_config(n_inner=20, activation_function="relu", layer_norm_epsilon=1e-3,
+                                               tie_word_embeddings=False, resid_pdrop=0.0, embd_pdrop=0.0,
+                                               attn_pdrop=0.0), arrays)
+    model = models.GPT.from_pretrained(folder)
+    c = model.config
+    assert (c.mlp_hidden, c.activation, c.norm_eps, c.tie_weights, c.dropout) == (20, "relu", 1e-3, False, 0.0)
+    assert (c.block_size, c.n_layer, c.num_heads, c.d_model, c.vocab_size) == (POSITIONS, LAYERS, HEADS, D, VOCAB)
+    assert model.head.weight is not model.tok_emb.weight
+    np.testing.assert_array_equal(host(model.head.weight), arrays["lm_head.weight"].astype(np.float32))
+
+
+def test_save_pretrained_round_trips_and_writes_gpt2s_layout(tmp_path):
+    ta.manual_seed(0)
+    config = models.GPTConfig(vocab_size=VOCAB, block_size=POSITIONS, n_layer=LAYERS, num_heads=HEADS, d_model=D,
+                              activation="gelu_tanh", tie_weights=True)
+    model = models.GPT(config).eval()
+    model.save_pretrained(tmp_path / "out")
+    written = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert written["model_type"] == "gpt2" and written["activation_function"] == "gelu_new"
+    assert (written["n_embd"], written["n_layer"], written["n_head"], written["n_positions"]) == (D, LAYERS, HEADS,
+                                                                                                 POSITIONS)
+    data = (tmp_path / "out" / "model.safetensors").read_bytes()
+    header = json.loads(data[8:8 + struct.unpack("<Q", data[:8])[0]])
+    assert header["__metadata__"] == {"format": "pt"}
+    assert "lm_head.weight" not in header                          # tied: transformers ties it back to wte
+    assert header["transformer.h.0.mlp.c_fc.weight"]["shape"] == [D, 4 * D]          # Conv1D: (in, out)
+    again = models.GPT.from_pretrained(tmp_path / "out")
+    ids = ta.randint(0, VOCAB, (2, 9))
+    np.testing.assert_array_equal(host(again(ids)), host(model(ids)))
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["config.json", "model.safetensors"]
+
+
+@pytest.mark.parametrize("setting, message", [
+    ({"position": "rope"}, "position='rope'"), ({"norm": "rms"}, "norm='rms'"), ({"mlp": "swiglu"}, "mlp='swiglu'"),
+    ({"mlp": "moe"}, "mlp='moe'"), ({"num_kv_heads": 1}, "num_kv_heads=1"), ({"bias": False}, "bias=False"),
+    ({"prenorm": False}, "prenorm=False")])
+def test_save_pretrained_refuses_what_gpt2_cannot_express(tmp_path, setting, message):
+    model = models.GPT(models.GPTConfig(vocab_size=VOCAB, block_size=8, n_layer=1, num_heads=2, d_model=D, **setting))
+    with pytest.raises(ValueError, match=f"GPT-2 cannot express GPTConfig\\({message}\\)"):
+        model.save_pretrained(tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"scale_attn_by_inverse_layer_idx": True}, "scale_attn_by_inverse_layer_idx=True"),
+    ({"scale_attn_weights": False}, "scale_attn_weights=False"),
+    ({"add_cross_attention": True}, "add_cross_attention=True"),
+    ({"activation_function": "swish"}, "activation_function='swish'"),
+    ({"attn_pdrop": 0.0}, "different dropouts"), ({"model_type": "llama"}, "is a 'llama' model"),
+    ({"n_head": None}, None)])
+def test_settings_gptconfig_cannot_express_are_refused_naming_the_key(tmp_path, change, message):
+    config = gpt2_config(**change)
+    if message is None:                                   # a required setting that is absent
+        del config["n_head"]
+        message = "has no 'n_head'"
+    folder = write(tmp_path / "m", config, gpt2_arrays(np.random.default_rng(0)))
+    with pytest.raises(hub.PretrainedError, match=message):
+        models.GPT.from_pretrained(folder)
+
+
+def test_missing_unknown_and_absent_files_are_named(tmp_path):
+    arrays = gpt2_arrays(np.random.default_rng(0))
+    del arrays["h.1.ln_2.bias"]
+    arrays["h.0.attn.q_norm.weight"] = np.ones(D)
+    folder = write(tmp_path / "m", gpt2_config(), arrays)
+    with pytest.raises(hub.PretrainedError, match=r"no place for: \['h.0.attn.q_norm.weight'\].*"
+                                                  r"missing .*\['blocks.1.ln2.bias'\]"):
+        models.GPT.from_pretrained(folder)
+    (folder / "model.safetensors").unlink()
+    (folder / "pytorch_model.bin").write_bytes(b"\x80\x02")
+    with pytest.raises(hub.PretrainedError, match="pytorch_model.bin but no model.safetensors.*save_pretrained"):
+        models.GPT.from_pretrained(folder)
+    (folder / "config.json").write_text("{not json")
+    with pytest.raises(hub.PretrainedError, match="config.json is not valid JSON"):
+        models.GPT.from_pretrained(folder)
+    (folder / "config.json").unlink()
+    with pytest.raises(hub.PretrainedError, match="holds no config.json"):
+        models.GPT.from_pretrained(folder)
+    with pytest.raises(hub.PretrainedError, match="is not a folder"):
+        models.GPT.from_pretrained(tmp_path / "nowhere")
+
+
+def test_a_hub_name_without_the_package_or_offline_says_what_to_do(tmp_path, monkeypatch):
+    real_import = builtins.__import__
+
+    def no_hub(name, *args, **kwargs):
+        if name == "huggingface_hub":
+            raise ImportError("No module named 'huggingface_hub'")
+        return real_import(name, *args, **kwargs)
+    monkeypatch.setattr(builtins, "__import__", no_hub)
+    with pytest.raises(hub.PretrainedError, match=r"'gpt2' is not a local folder.*huggingface_hub package.*"
+                                                  r"pip install -e \"\.\[hub\]\".*folder by hand"):
+        models.GPT.from_pretrained("gpt2")
+    monkeypatch.undo()
+    pytest.importorskip("huggingface_hub")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    with pytest.raises(hub.PretrainedError, match=r"could not fetch 'openai-community/gpt2'.*huggingface_hub.*"
+                                                  r"folder by hand"):
+        models.GPT.from_pretrained("openai-community/gpt2")
+
+
+# -- ViT -------------------------------------------------------------------------------------------------------------
+def vit_files(tmp_path, model, id2label):
+    """model's weights written as a ViTForImageClassification folder, from the published layout."""
+    c, state = model.config, {k: host(v) for k, v in model.state_dict().items()}
+    d, p = c.d_model, c.patch_size
+    arrays = {"vit.embeddings.cls_token": state["cls_token"], "vit.embeddings.position_embeddings": state["pos_embed"],
+              "vit.embeddings.patch_embeddings.projection.weight": state["patch_embed.proj.weight"].reshape(
+                  d, c.in_chans, p, p),
+              "vit.embeddings.patch_embeddings.projection.bias": state["patch_embed.proj.bias"],
+              "vit.layernorm.weight": state["norm.weight"], "vit.layernorm.bias": state["norm.bias"],
+              "classifier.weight": state["head.weight"], "classifier.bias": state["head.bias"]}
+    for i in range(c.depth):
+        ours, theirs = f"blocks.{i}.", f"vit.encoder.layer.{i}."
+        for kind in ("weight", "bias"):
+            q, k, v = np.split(state[ours + f"attn.qkv.{kind}"], 3)
+            arrays.update({theirs + f"attention.attention.query.{kind}": q,
+                           theirs + f"attention.attention.key.{kind}": k,
+                           theirs + f"attention.attention.value.{kind}": v,
+                           theirs + f"attention.output.dense.{kind}": state[ours + f"attn.out_proj.{kind}"],
+                           theirs + f"layernorm_before.{kind}": state[ours + f"norm1.{kind}"],
+                           theirs + f"layernorm_after.{kind}": state[ours + f"norm2.{kind}"],
+                           theirs + f"intermediate.dense.{kind}": state[ours + f"mlp.fc1.{kind}"],
+                           theirs + f"output.dense.{kind}": state[ours + f"mlp.fc2.{kind}"]})
+    config = {"model_type": "vit", "image_size": c.image_size, "patch_size": p, "num_channels": c.in_chans,
+              "hidden_size": d, "num_hidden_layers": c.depth, "num_attention_heads": c.num_heads,
+              "intermediate_size": c.mlp_ratio * d, "hidden_act": "gelu", "layer_norm_eps": 1e-12, "qkv_bias": True,
+              "id2label": {str(i): name for i, name in id2label.items()}}
+    folder = write(tmp_path / "vit", config, arrays)
+    (folder / "preprocessor_config.json").write_text(json.dumps(
+        {"do_resize": True, "size": {"height": c.image_size, "width": c.image_size}, "resample": 2,
+         "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": True, "image_mean": [0.5, 0.4, 0.3],
+         "image_std": [0.5, 0.25, 0.2]}))
+    return folder
+
+
+def test_vit_folder_loads_its_settings_and_weights(tmp_path):
+    ta.manual_seed(0)
+    model = models.ViT(models.ViTConfig(image_size=16, patch_size=4, in_chans=3, num_classes=3, d_model=16, depth=2,
+                                        num_heads=2, norm_eps=1e-12))
+    for p in model.parameters():                              # LayerNorms and biases away from 1 and 0
+        p.array += 0.1 * np.random.default_rng(0).normal(size=p.shape).astype(np.float32)
+    folder = vit_files(tmp_path, model, {0: "cat", 1: "dog", 2: "fish"})
+    loaded = models.ViT.from_pretrained(folder)
+    assert loaded.config.id2label == {0: "cat", 1: "dog", 2: "fish"} and loaded.config.norm_eps == 1e-12
+    assert loaded.blocks[0].norm1.eps == 1e-12 and not loaded.training
+    images = ta.randn(2, 3, 16, 16)
+    np.testing.assert_array_equal(host(loaded(images)), host(model.eval()(images)))
+    config = json.loads((folder / "config.json").read_text())
+    for key, value, message in [("hidden_act", "relu", "hidden_act='relu'"), ("qkv_bias", False, "qkv_bias=false"),
+                                ("intermediate_size", 40, "not a multiple of hidden_size=16")]:
+        (folder / "config.json").write_text(json.dumps({**config, key: value}))
+        with pytest.raises(hub.PretrainedError, match=message):
+            models.ViT.from_pretrained(folder)
+
+
+def test_image_processor_resizes_rescales_and_normalises_as_configured(tmp_path):
+    ta.manual_seed(0)
+    model = models.ViT(models.ViTConfig(image_size=16, patch_size=4, in_chans=3, num_classes=2, d_model=8, depth=1,
+                                        num_heads=2))
+    processor = data.ImageProcessor.from_pretrained(vit_files(tmp_path, model, {0: "a", 1: "b"}))
+    image = np.zeros((40, 30, 3), np.uint8)
+    image[..., 0], image[..., 1], image[..., 2] = 255, 0, 51       # a flat colour survives any resampling
+    pixels = processor(image)
+    assert pixels.shape == (1, 3, 16, 16) and pixels.dtype == np.float32
+    np.testing.assert_allclose(pixels[0, :, 5, 7], [(1 - 0.5) / 0.5, (0 - 0.4) / 0.25, (0.2 - 0.3) / 0.2],
+                               rtol=1e-6)
+    with pytest.raises(ValueError, match=r"one RGB image of shape \(height, width, 3\), got \(40, 30\)"):
+        processor(image[..., 0])
+    settings_file = tmp_path / "vit" / "preprocessor_config.json"
+    settings = json.loads(settings_file.read_text())
+    settings_file.write_text(json.dumps({**settings, "size": 8}))           # the older files' one number
+    assert data.ImageProcessor.from_pretrained(tmp_path / "vit")(image).shape == (1, 3, 8, 8)
+    settings_file.write_text(json.dumps({**settings, "size": {"shortest_edge": 8}}))
+    with pytest.raises(hub.PretrainedError, match="shortest_edge"):
+        data.ImageProcessor.from_pretrained(tmp_path / "vit")
+
+
+def byte_level_bpe(text):
+    """A byte-level BPE as GPT-2's (its pieces mark a leading space with 'Ġ'), trained on text."""
+    tokenizers = pytest.importorskip("tokenizers")
+    bpe = tokenizers.Tokenizer(tokenizers.models.BPE())
+    bpe.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = tokenizers.decoders.ByteLevel()
+    bpe.train_from_iterator([text] * 20, tokenizers.trainers.BpeTrainer(
+        vocab_size=300, initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet()))
+    return bpe
+
+
+def test_tokenizer_reads_tokenizer_json(tmp_path):
+    bpe = byte_level_bpe("the cat sat on the mat")
+    bpe.save(str(tmp_path / "tokenizer.json"))
+    tokenizer = data.Tokenizer.from_pretrained(tmp_path)
+    ids = tokenizer.encode("the cat sat")
+    assert tokenizer.decode(ids) == "the cat sat" and tokenizer.decode(ta.tensor(ids)) == "the cat sat"
+    assert tokenizer.tokens("the cat") == ["the", "Ġcat"] and len(ids) == 3
+    assert tokenizer.vocab_size == bpe.get_vocab_size()
+
+
+# -- the lessons meet the real models (here: small ones in the same layouts) ---------------------------------------
+def run_lesson(name, weights, tmp_path):
+    root = pathlib.Path(__file__).resolve().parents[1]
+    env = {**os.environ, "TINYATTN_PLOTS": str(tmp_path / "plots"), "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([sys.executable, str(next((root / "lessons").glob(f"{name}_*.py"))), "--quick",
+                           "--weights", str(weights)], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=180, stdin=subprocess.DEVNULL)
+
+
+def result_of(completed):
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return json.loads(completed.stdout.rstrip().splitlines()[-1][len("RESULT "):])
+
+
+def test_lesson_06_meets_a_gpt2_folder_and_refuses_a_missing_one_in_one_line(tmp_path):
+    bpe = byte_level_bpe("The cat sat on the mat because the cat was tired.")
+    folder = tmp_path / "gpt2"
+    models.GPT(models.GPTConfig(vocab_size=bpe.get_vocab_size(), block_size=64, n_layer=2, num_heads=2, d_model=16,
+                                activation="gelu_tanh", tie_weights=True)).save_pretrained(folder)
+    bpe.save(str(folder / "tokenizer.json"))
+    metrics = result_of(run_lesson("06", folder, tmp_path))
+    assert 0 <= metrics["gpt2_prev_token_score_max"] <= 1
+    assert (tmp_path / "plots" / "06_gpt2_previous_token.png").exists()
+    missing = run_lesson("06", tmp_path / "nowhere", tmp_path)
+    assert missing.returncode != 0 and "Traceback" not in missing.stderr
+    assert missing.stderr.strip().splitlines() == [f"--weights {tmp_path / 'nowhere'}: {tmp_path / 'nowhere'} is not "
+                                                   "a folder; from_pretrained takes a folder holding config.json and "
+                                                   "model.safetensors, or a Hugging Face hub name such as 'gpt2'"]
+
+
+def test_lesson_08_classifies_the_sample_photo_with_a_vit_folder(tmp_path):
+    ta.manual_seed(0)
+    model = models.ViT(models.ViTConfig(image_size=32, patch_size=8, in_chans=3, num_classes=3, d_model=16, depth=2,
+                                        num_heads=2))
+    metrics = result_of(run_lesson("08", vit_files(tmp_path, model, {0: "cat", 1: "dog", 2: "fish"}), tmp_path))
+    assert metrics["pretrained_top_class"] in {"cat", "dog", "fish"}
+    assert 1 / 3 <= metrics["pretrained_top_probability"] <= 1
+    assert (tmp_path / "plots" / "08_vit_pretrained_class_attention.png").exists()
