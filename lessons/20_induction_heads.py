@@ -254,16 +254,16 @@ print("mean weight of each layer-0 head on its own position: " + " ".join(f"{w:.
 # ## Why two layers: a one-layer control
 # A head's query and key see only what is at their own positions. In one layer that is a token and its position:
 # a query A can find the earlier A, but nothing at that position says what came *after* it, and the token after it
-# (B) knows nothing of A. So one layer can learn to favour tokens seen earlier in the context (each earlier token is a
-# candidate), not which one comes next. The previous-token head of layer 0 is what makes the lookup possible: it
-# writes "my previous token was A" into B's position, which layer 1's query A then matches (Elhage et al. call this
-# K-composition). The same training on one layer:
+# (B) knows nothing of A. So one layer can at best favour tokens seen earlier in the context (each earlier token is
+# a candidate), never tell which one comes next. The previous-token head of layer 0 is what makes the lookup
+# possible: it writes "my previous token was A" into B's position, which layer 1's query A then matches (Elhage et
+# al. call this K-composition). The same training on one layer (whether it gains anything at all is printed):
 
 # %%
 one_layer, one_history = train(1)
 one_first, one_layer_second_copy_loss = copy_losses(one_layer)
-print(f"1 layer: loss on the first copy {one_first:.3f}, on the second {one_layer_second_copy_loss:.3f} "
-      f"(2 layers: {second_copy_loss:.3f})")
+print(f"1 layer: loss on the first copy {one_first:.3f}, on the second {one_layer_second_copy_loss:.3f}: in-context "
+      f"gain {one_first - one_layer_second_copy_loss:.3f} nats (2 layers: {in_context_gain:.3f})")
 viz.save(viz.curves({"2 layers, second copy": (history["step"], history["second"]),
                      "1 layer, second copy": (one_history["step"], one_history["second"]),
                      "2 layers, first copy": (history["step"], history["first"])},
