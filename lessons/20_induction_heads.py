@@ -35,9 +35,11 @@ import tinyattn as ta
 from tinyattn import interpret, models, optim, viz
 from tinyattn.data import repeated_tokens
 from tinyattn.data.repeats import FIRST, SECOND
-from tinyattn.lesson import options, plot_path, progress, report
+from tinyattn.lesson import from_pretrained, options, plot_path, progress, report
 
-args = options(__doc__)
+args = options(__doc__, [("--weights", dict(default=None, help="also score GPT-2's heads at the end: a hub name "
+                                                                 "(gpt2, needs the hub extra) or a folder of its files"))])
+gpt2 = from_pretrained(args.weights, models.GPT)[0] if args.weights is not None else None     # before training
 started = time.perf_counter()
 vocab, length = (32, 24) if args.quick else (96, 64)        # context `length`; each sequence has one more token
 min_span, max_span = (3, 8) if args.quick else (8, 32)
@@ -99,9 +101,10 @@ def attention_weights(model, tokens):
     return list(cache.attention.values())
 
 
-def scores(model):
-    weights = attention_weights(model, score_tokens)
-    return interpret.previous_token_score(weights), interpret.induction_score(weights, score_tokens)
+def scores(model, tokens=score_tokens):
+    """(previous-token, induction) scores, each (layers, heads), of model on tokens ([r, r] sequences)."""
+    weights = attention_weights(model, tokens)
+    return interpret.previous_token_score(weights), interpret.induction_score(weights, tokens)
 
 # %% [markdown]
 # ## Training, and the phase change
@@ -271,6 +274,31 @@ viz.save(viz.curves({"2 layers, second copy": (history["step"], history["second"
                     hlines={f"ln {vocab}": np.log(vocab)}),
          plot_path(args, "20_one_layer.png"))
 
+# %% [markdown]
+# ## GPT-2 has them too
+# Olsson et al. found induction heads in every Transformer of two layers or more they looked at, trained on ordinary
+# text. With `--weights gpt2` (after `pip install -e ".[hub]"`), the same two scores for GPT-2 small's 144 heads
+# (12 layers x 12), on [r, r] sequences of its own 50,257 tokens. Look for previous-token heads in the early layers
+# and induction heads a few layers above them: the same circuit, found by training on web text.
+
+# %%
+gpt2_previous = gpt2_induction = None
+if gpt2 is None:
+    print("GPT-2 not loaded. To score its heads: pip install -e \".[hub]\" && python -m lessons 20 --weights gpt2")
+else:
+    gpt2_half = min(50, gpt2.config.block_size // 2)
+    gpt2_tokens, _ = repeated_tokens(8, 2 * gpt2_half, gpt2.config.vocab_size, gpt2_half, gpt2_half,
+                                     np.random.default_rng(args.seed + 3), distinct=True)
+    gpt2_previous, gpt2_induction = scores(gpt2, gpt2_tokens)
+    for name, table in (("previous-token", gpt2_previous), ("induction", gpt2_induction)):
+        best = np.argsort(table, axis=None)[::-1][:3]
+        print(f"GPT-2's strongest {name} heads: " + ", ".join(
+            f"layer {i // table.shape[1]} head {i % table.shape[1]} ({table.flat[i]:.2f})" for i in best))
+    fig, axes = viz.plt.subplots(1, 2, figsize=(12, 5), layout="constrained")
+    viz.head_score_map(gpt2_previous, title="GPT-2: previous-token score", ax=axes[0])
+    viz.head_score_map(gpt2_induction, title="GPT-2: induction score", ax=axes[1])
+    viz.save(fig, plot_path(args, "20_gpt2_head_scores.png"))
+
 # %%
 seconds = time.perf_counter() - started
 print(f"the whole run took {seconds:.0f} s on {os.cpu_count()} cores (load average {os.getloadavg()[0]:.2f})")
@@ -285,4 +313,6 @@ if not args.quick:
 report(induction_score_max=float(induction[1].max()), prev_token_score_max=float(previous[0].max()),
        in_context_gain_nats=in_context_gain, ablation_gain_removed=ablation_gain_removed,
        prev_token_ablation_gain_removed=prev_ablation_gain_removed, second_copy_loss=second_copy_loss,
-       one_layer_second_copy_loss=one_layer_second_copy_loss, run_seconds=seconds)
+       one_layer_second_copy_loss=one_layer_second_copy_loss, run_seconds=seconds,
+       **({} if gpt2 is None else {"gpt2_prev_token_score_max": float(gpt2_previous.max()),
+                                   "gpt2_induction_score_max": float(gpt2_induction.max())}))

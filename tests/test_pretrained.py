@@ -369,3 +369,12 @@ def test_lesson_08_classifies_the_sample_photo_with_a_vit_folder(tmp_path):
     assert metrics["pretrained_top_class"] in {"cat", "dog", "fish"}
     assert 1 / 3 <= metrics["pretrained_top_probability"] <= 1
     assert (tmp_path / "plots" / "08_vit_pretrained_class_attention.png").exists()
+
+
+def test_lesson_20_scores_a_gpt2_folders_heads(tmp_path):
+    folder = tmp_path / "gpt2"
+    models.GPT(models.GPTConfig(vocab_size=300, block_size=40, n_layer=3, num_heads=2, d_model=16,
+                                activation="gelu_tanh", tie_weights=True)).save_pretrained(folder)
+    metrics = result_of(run_lesson("20", folder, tmp_path))
+    assert 0 <= metrics["gpt2_induction_score_max"] <= 1 and 0 <= metrics["gpt2_prev_token_score_max"] <= 1
+    assert (tmp_path / "plots" / "20_gpt2_head_scores.png").exists()
