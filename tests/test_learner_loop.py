@@ -66,11 +66,16 @@ class Terminal:
         return self.process.returncode
 
 
+def stepping(path, text):
+    """The stepper on a lesson of text written at path, in a pseudo-terminal."""
+    path.write_text(text)
+    code = f"from lessons import stepper; stepper.step_through({str(path)!r}, [])"
+    return Terminal([sys.executable, "-c", code], cwd=ROOT)
+
+
 def test_stepping_back_and_forth_inspecting_and_recovering_from_an_exception(tmp_path):
     lesson = tmp_path / "99_test_lesson.py"
-    lesson.write_text(LESSON)
-    code = f"from lessons import stepper; stepper.step_through({str(lesson)!r}, [])"
-    term = Terminal([sys.executable, "-c", code], cwd=ROOT)
+    term = stepping(lesson, LESSON)
     assert "cell 1/3" in term.expect("quit > ")
     term.send("\n")                                        # run cell 1: x = 21
     assert "cell 2/3" in term.expect("quit > ")
@@ -114,10 +119,7 @@ print("z is", z)
 
 
 def test_the_prompt_names_the_cell_r_reruns_and_a_jump_offers_the_cells_it_skips(tmp_path):
-    lesson = tmp_path / "99_jumps.py"
-    lesson.write_text(JUMPS)
-    code = f"from lessons import stepper; stepper.step_through({str(lesson)!r}, [])"
-    term = Terminal([sys.executable, "-c", code], cwd=ROOT)
+    term = stepping(tmp_path / "99_jumps.py", JUMPS)
     assert "[Enter] run 1 · b back · r rerun: none ·" in term.expect("quit > ")
     term.send("\n")                                        # cell 1 runs
     assert "r rerun 1 ·" in term.expect("quit > ")
