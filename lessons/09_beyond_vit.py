@@ -58,7 +58,7 @@ def fit(model, name, lr=2e-3, epochs=epochs):
 # ## The CNN baseline
 
 # %%
-ta.manual_seed(args.seed)                       # each model starts from the same seed, whichever models trained before it
+ta.manual_seed(args.seed)              # each model starts from the same seed, whichever models trained before it
 cnn = models.SmallCNN(models.CNNConfig(width=16))
 results = {"CNN": fit(cnn, "CNN", lr=1e-2)}
 

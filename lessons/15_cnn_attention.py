@@ -10,8 +10,8 @@
 #   "local relation" layer of Hu et al. 2019): each pixel's query meets the keys of the 3x3 pixels around it, plus a
 #   learned bias per offset; strides as the convolutions had them (`models.LocalAttentionCNN`);
 # - **attention instead of global average pooling** (Touvron et al. 2021, "Augmenting Convolutional networks with
-#   attention-based aggregation"): a learned class query attends over the
-#   final 4x4 map and chooses what to read (`models.CNNConfig(pooling="attention")`).
+#   attention-based aggregation"): a learned class query attends over the final 4x4 map and chooses what to read
+#   (`models.CNNConfig(pooling="attention")`).
 #
 # All four train on scikit-learn's 8x8 digits upscaled to 16x16, with one recipe (AdamW, warm-up and cosine decay,
 # the same epochs and learning rate), over several seeds, since 270 test images cannot separate models that differ by
@@ -235,6 +235,7 @@ if not args.quick:
     for name, rows in runs.items():
         assert min(a for a, _ in rows) >= 0.9, (name, rows)
 report(cnn_gap_acc=mean["CNN, global average pooling"], cnn_self_attention_acc=mean["CNN + self-attention block"],
-       attention_pooling_acc=mean["CNN + attention pooling"], local_attention_acc=mean["local attention, no convolution"],
+       attention_pooling_acc=mean["CNN + attention pooling"],
+       local_attention_acc=mean["local attention, no convolution"],
        seeds={name: len(rows) for name, rows in runs.items()}, local_equals_masked_full_err=masked_err,
        local_as_conv_err=conv_err, self_attention_gamma=gamma)

@@ -37,8 +37,8 @@ from tinyattn.data import repeated_tokens
 from tinyattn.data.repeats import FIRST, SECOND
 from tinyattn.lesson import from_pretrained, options, plot_path, progress, report
 
-args = options(__doc__, [("--weights", dict(default=None, help="also score GPT-2's heads at the end: a hub name "
-                                                                 "(gpt2, needs the hub extra) or a folder of its files"))])
+args = options(__doc__, [("--weights", dict(default=None, help="also score GPT-2's heads at the end: a hub "
+                                                                 "name (gpt2, needs the hub extra) or a folder"))])
 gpt2 = from_pretrained(args.weights, models.GPT)[0] if args.weights is not None else None     # before training
 started = time.perf_counter()
 vocab, length = (32, 24) if args.quick else (96, 64)        # context `length`; each sequence has one more token

@@ -238,7 +238,8 @@ def borrowed(name, value, given=(), solution=False):
     """Why value, the learner's `name`, is not the learner's own work; None when it is. A Function's forward and
     backward (but those in given), or a function, must not be code of the library or of solutions/ (a re-export, a
     subclass that keeps its parent's methods) and must not call a Function of the library's, the library's function
-    of its own name, or anything of the solutions' (a wrapper). solution: the file graded is a bundled solution, whose neighbours it may use."""
+    of its own name, or anything of the solutions' (a wrapper). solution: the file graded is a bundled solution,
+    whose neighbours it may use."""
     if isinstance(value, type) and issubclass(value, ta.Function):
         methods = [(f"{name}.{m}", getattr(value, m)) for m in ("forward", "backward") if f"{name}.{m}" not in given]
     elif inspect.isfunction(value):

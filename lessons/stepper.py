@@ -5,9 +5,8 @@ moves on, b goes back, r runs again the cell the prompt names (the one just run;
 once it has run), g N goes to cell N (and offers to run the earlier cells that have not run, whose names later cells
 may need), l lists the cells and marks those that ran, i opens a Python prompt in the lesson's namespace (leave it
 with Ctrl-D to step on), q quits. An exception or Ctrl-C inside a cell prints its traceback, with the lesson's own
-file and line, and comes back to the prompt. Figures the cells write are announced
-by path and, where there is a display, shown in a window. Without a terminal on stdin (a pipe, a test), every cell
-runs in turn.
+file and line, and comes back to the prompt. Figures the cells write are announced by path and, where there is a
+display, shown in a window. Without a terminal on stdin (a pipe, a test), every cell runs in turn.
 """
 import code
 import os
@@ -15,6 +14,7 @@ import sys
 import traceback
 
 from lessons.cells import read_cells
+
 
 def _help(index, again):
     """The prompt's line of commands; again is the cell r reruns (None: none yet)."""

@@ -254,7 +254,7 @@ def test_head_scores_refuse_inputs_without_an_answer():
         interpret.previous_token_score([np.ones((1, 2, 3, 3)), np.ones((1, 2, 4, 4))])
 
 
-# -- attention rollout --------------------------------------------------------------------------------------------------
+# -- attention rollout -------------------------------------------------------------------------------------------
 def test_rollout_of_two_layers_by_hand():
     """Layer 1: token 2 reads token 1 (head 0) or itself (head 1); layer 2: token 1 reads token 0 (head 0) or itself.
     With the residual (identity added, rows renormalised) and the top layer on the left, token 2 ends up with nothing

@@ -34,7 +34,7 @@ def test_draw_graph_names_every_operation_and_parameter_once():
     assert f"weight\n(3, 4) {torch_like.weight.dtype}" in boxes and any(b.startswith("bias\n(3,)") for b in boxes)
     assert any(b.startswith("Sum\n()") for b in boxes)
     arrows = [a for a in fig.axes[0].texts if not a.get_text()]
-    assert len(arrows) == 4                          # weight, bias -> Linear -> Mul -> Sum (Mul's two inputs, one arrow)
+    assert len(arrows) == 4                    # weight, bias -> Linear -> Mul -> Sum (Mul's two inputs, one arrow)
     y_of = {t.get_text().split("\n")[0]: t.get_position()[1] for t in fig.axes[0].texts if t.get_text()}
     assert y_of["weight"] > y_of[[k for k in y_of if "Linear" in k][0]] > y_of["Mul"] > y_of["Sum"]
     viz.plt.close(fig)

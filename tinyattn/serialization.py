@@ -199,10 +199,8 @@ def _is_safetensors(start):
     return len(start) > 8 and start[8:9] == b"{" and struct.unpack("<Q", start[:8])[0] > 1
 
 
-# dtypes safetensors writes that NumPy holds; BF16 and the float8 types have no NumPy dtype
-SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "I64": "int64", "I32": "int32",
-                      "I16": "int16", "I8": "int8", "U64": "uint64", "U32": "uint32", "U16": "uint16", "U8": "uint8",
-                      "BOOL": "bool"}
+# the safetensors dtypes NumPy holds; BF16 and the float8 types have no NumPy dtype
+SAFETENSORS_DTYPES = ("F64", "F32", "F16", "I64", "I32", "I16", "I8", "U64", "U32", "U16", "U8", "BOOL")
 
 
 def read_safetensors(source, name=None):

@@ -118,7 +118,7 @@ class ViT(nn.Module):
     def from_pretrained(cls, name_or_folder):
         """A ViTForImageClassification from a Hugging Face folder (config.json + model.safetensors) or a hub name
         ('google/vit-base-patch16-224'; needs the hub extra and the network once), in eval mode, in the file's
-        dtype. config.id2label names its classes; models.ImageProcessor.from_pretrained(same) prepares images."""
+        dtype. config.id2label names its classes; data.ImageProcessor.from_pretrained(same) prepares images."""
         return hub.load_model(cls, ViTConfig, hf_vit, name_or_folder)
 
     def features(self, images, need_weights=False):

@@ -1,9 +1,10 @@
 """Primitive Functions, forward beside backward, and the PyTorch-named functions and Tensor methods built on them.
 
 Every ``forward``/``backward`` works on raw backend arrays and takes its array module from them (``xp_of``), so one
-implementation serves NumPy and CuPy. elementwise.py (arithmetic, one-input math, moves between devices), matmul.py,
-reductions.py, shapes.py, indexing.py, sorting.py, einsum.py, in_place.py (x += y, x[i] = v, x.add_(y), ...); dims.py and promotion.py
-hold PyTorch's rules for dim arguments and result dtypes (promotion.py also Cast, the differentiable dtype change); methods.py attaches everything to Tensor.
+implementation serves NumPy and CuPy. elementwise.py (arithmetic, one-input math, moves between devices),
+matmul.py, reductions.py, shapes.py, indexing.py, sorting.py, einsum.py, in_place.py (x += y, x[i] = v, x.add_(y),
+...); dims.py and promotion.py hold PyTorch's rules for dim arguments and result dtypes (promotion.py also Cast, the
+differentiable dtype change); methods.py attaches everything to Tensor.
 """
 from .dims import dim_index, dim_indices
 from .einsum import Einsum, einsum
@@ -18,8 +19,8 @@ from .indexing import (Gather, GetItem, IndexAdd, IndexPut, MaskedFill, Scatter,
                        triu, where)
 from .matmul import MatMul, bmm, matmul
 from .methods import install as _install_methods
-from .promotion import (Cast, accumulates_in_float32, check_one_dtype, computes_in_float, float_only, in_float32_if_half,
-                        no_bool, require_float, result_dtype)
+from .promotion import (Cast, accumulates_in_float32, check_one_dtype, computes_in_float, float_only,
+                        in_float32_if_half, no_bool, require_float, result_dtype)
 from .reductions import (Cumsum, LogSumExp, MaxOrMin, Mean, Norm, Prod, Sum, TakeAlongDim, Var, all, amax, amin, any,
                          argmax, argmin, cumsum, logsumexp, max, mean, min, norm, prod, std, sum, var)
 from .shapes import (Cat, Contiguous, Expand, Flip, Pad, Permute, Repeat, Reshape, RepeatInterleave, Roll, Stack,

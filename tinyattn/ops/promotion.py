@@ -24,6 +24,7 @@ from .. import backend
 from ..backend import get_default_dtype
 from ..tensor import Function, Tensor
 
+
 class Cast(Function):
     """x in another dtype, differentiably: the gradient goes back in x's dtype."""
 
