@@ -12,7 +12,7 @@ import numpy as np
 from ..tensor import Tensor
 
 
-def _stacked(weights):
+def stacked_weights(weights):
     """(layers, B, H, T, T) float64 on the host, checked."""
     arrays = [w.numpy() if isinstance(w, Tensor) else np.asarray(w) for w in weights]
     if not arrays:
@@ -53,7 +53,7 @@ def _earlier_copies(tokens):
 def previous_token_score(weights):
     """Mean attention from each position i >= 1 to position i - 1. A head that always looks one token back scores 1;
     uniform causal attention over T positions scores the mean of 1 / (i + 1) for i = 1 .. T - 1."""
-    w = _stacked(weights)
+    w = stacked_weights(weights)
     b, _, t, _ = w.shape[1:]
     return _score(w, np.broadcast_to(np.eye(t, k=-1, dtype=bool), (b, t, t)))
 
@@ -61,7 +61,7 @@ def previous_token_score(weights):
 def duplicate_token_score(weights, tokens):
     """Mean attention from each position i whose token occurred earlier to all its earlier occurrences j < i
     (tokens[j] == tokens[i]). tokens: (B, T) token ids of the sequences the weights were computed on."""
-    return _score(_stacked(weights), _earlier_copies(_tokens(tokens)))
+    return _score(stacked_weights(weights), _earlier_copies(_tokens(tokens)))
 
 
 def induction_score(weights, tokens):
@@ -72,4 +72,4 @@ def induction_score(weights, tokens):
     copies = _earlier_copies(_tokens(tokens))
     targets = np.zeros_like(copies)
     targets[:, :, 1:] = copies[:, :, :-1]                                    # j earlier copy -> j + 1 target
-    return _score(_stacked(weights), targets)
+    return _score(stacked_weights(weights), targets)
