@@ -35,12 +35,12 @@ def test_notebook_out_without_a_folder_prints_usage(tmp_path):
 def test_a_notebook_kernels_own_arguments_are_ignored_and_a_lessons_own_options_join(monkeypatch, tmp_path):
     monkeypatch.setenv("TINYATTN_PLOTS", str(tmp_path))
     monkeypatch.setattr(lesson.cpu, "tune_allocator", lambda: None)       # the test process keeps its allocator
-    monkeypatch.delitem(sys.modules, "ipykernel", raising=False)
+    monkeypatch.setattr(lesson, "in_notebook", lambda: False)
     monkeypatch.setattr(sys, "argv", ["ipykernel_launcher.py", "-f", "/tmp/kernel-1.json"])
     with pytest.raises(SystemExit) as stopped:
         lesson.options()
     assert stopped.value.code == 2
-    monkeypatch.setitem(sys.modules, "ipykernel", object())                 # as inside a kernel
+    monkeypatch.setattr(lesson, "in_notebook", lambda: True)                # as inside a kernel
     assert lesson.options().quick is False
     monkeypatch.setattr(sys, "argv", ["99_lesson.py", "--steps", "7", "--quick"])
     args = lesson.options(arguments=[("--steps", dict(type=int, default=100))])

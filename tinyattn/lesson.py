@@ -13,6 +13,7 @@ import sys
 from . import cpu, environment
 from .backend import manual_seed
 from .hub import PretrainedError
+from .viz.display import in_notebook
 
 PACKAGE = os.path.dirname(os.path.abspath(__file__))  # the tinyattn folder this process imported
 ROOT = os.path.dirname(PACKAGE)
@@ -44,7 +45,7 @@ def options(description="", arguments=()):
     for flag, settings in every:
         parser.add_argument(flag, **settings)
     args, unknown = parser.parse_known_args()
-    if unknown and "ipykernel" not in sys.modules:
+    if unknown and not in_notebook():
         _refuse_unknown(parser, unknown, [flag for flag, _ in every])
     plots = _plots()
     runs = os.path.join(plots, "runs")
@@ -131,7 +132,7 @@ def report(**metrics):
     """Print the lesson's closing line, RESULT {json} with every measured number, for the tests and scripts that read
     a run. A notebook shows neither the line nor the numbers again: its reader has seen them where the lesson
     printed them."""
-    if "ipykernel" not in sys.modules:
+    if not in_notebook():
         print("RESULT " + json.dumps({k: (float(f"{v:.4g}") if isinstance(v, float) else v)
                                       for k, v in metrics.items()}), flush=True)
 
