@@ -57,18 +57,24 @@ def load_model(cls, config_class, translation, name_or_folder):
     return model.eval()
 
 
-def read_config(folder):
-    path = os.path.join(folder, CONFIG)
+def read_json(path, missing):
+    """The JSON object (a dict) in path; a missing file is refused with the message missing, a damaged one naming
+    the file."""
     if not os.path.isfile(path):
-        raise PretrainedError(f"{folder} holds no {CONFIG}; a model folder needs it beside its weights")
+        raise PretrainedError(missing)
     try:
         with open(path, encoding="utf-8") as file:
-            config = json.load(file)
+            content = json.load(file)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise PretrainedError(f"{path} is not valid JSON ({error})") from None
-    if not isinstance(config, dict):
-        raise PretrainedError(f"{path} holds a {type(config).__name__}, not a JSON object of settings")
-    return config
+    if not isinstance(content, dict):
+        raise PretrainedError(f"{path} holds a {type(content).__name__}, not a JSON object of settings")
+    return content
+
+
+def read_config(folder):
+    return read_json(os.path.join(folder, CONFIG), f"{folder} holds no {CONFIG}; a model folder needs it beside its "
+                                                   "weights")
 
 
 def read_weights(folder):
@@ -77,8 +83,7 @@ def read_weights(folder):
     if os.path.isfile(single):
         return read_safetensors(single)
     if os.path.isfile(index):
-        with open(index, encoding="utf-8") as file:
-            weight_map = json.load(file).get("weight_map", {})
+        weight_map = read_json(index, f"{index} is not a file").get("weight_map", {})
         weights = {}
         for shard in sorted(set(weight_map.values())):
             path = os.path.join(folder, shard)
@@ -110,10 +115,8 @@ def write_folder(folder, config, weights):
     atomic_write(os.path.join(folder, CONFIG), lambda file: file.write(text.encode("utf-8")))
 
 
-def setting(config, key, source, default=None, required=False):
-    """config[key], or default; a required key that is absent is refused naming the file."""
+def required(config, key, source):
+    """config[key]; a key the model needs that config.json lacks is refused naming the file."""
     if key not in config:
-        if required:
-            raise PretrainedError(f"{source}/{CONFIG} has no {key!r}, which the model needs")
-        return default
+        raise PretrainedError(f"{source}/{CONFIG} has no {key!r}, which the model needs")
     return config[key]

@@ -1,7 +1,6 @@
 """The image preprocessing a Hugging Face vision model was trained with, read from its preprocessor_config.json:
 resize (with the resampling filter it names), rescale (x 1/255), normalise by mean and std, channels first.
 Resizing uses Pillow, which matplotlib already depends on."""
-import json
 import os
 
 import numpy
@@ -24,11 +23,8 @@ class ImageProcessor:
     def from_pretrained(cls, name_or_folder):
         folder = hub.resolve(name_or_folder)
         path = os.path.join(folder, "preprocessor_config.json")
-        if not os.path.isfile(path):
-            raise hub.PretrainedError(f"{folder} holds no preprocessor_config.json, which says how its model's "
-                                      "images were prepared")
-        with open(path, encoding="utf-8") as file:
-            settings = json.load(file)
+        settings = hub.read_json(path, f"{folder} holds no preprocessor_config.json, which says how its model's "
+                                       "images were prepared")
         size = settings.get("size", {"height": 224, "width": 224})
         if isinstance(size, int):                              # older files: one number, a square
             size = {"height": size, "width": size}

@@ -20,7 +20,7 @@ Older files also carry each layer's causal mask as buffers (h.N.attn.bias, h.N.a
 """
 import re
 
-from ..hub import PretrainedError, setting
+from ..hub import PretrainedError, required
 
 ACTIVATIONS_IN = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
 ACTIVATIONS_OUT = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"}
@@ -50,11 +50,11 @@ def config_from_hf(hf, source):
     if len(set(drops.values())) > 1:
         raise PretrainedError(f"{source}/config.json sets different dropouts {drops}; models.GPT has one dropout "
                               "for all three")
-    d_model = setting(hf, "n_embd", source, required=True)
-    return dict(vocab_size=setting(hf, "vocab_size", source, required=True),
-                block_size=setting(hf, "n_positions", source, required=True),
-                n_layer=setting(hf, "n_layer", source, required=True),
-                num_heads=setting(hf, "n_head", source, required=True), d_model=d_model,
+    d_model = required(hf, "n_embd", source)
+    return dict(vocab_size=required(hf, "vocab_size", source),
+                block_size=required(hf, "n_positions", source),
+                n_layer=required(hf, "n_layer", source),
+                num_heads=required(hf, "n_head", source), d_model=d_model,
                 mlp_hidden=hf.get("n_inner") or 4 * d_model, activation=ACTIVATIONS_IN[activation],
                 norm_eps=hf.get("layer_norm_epsilon", 1e-5), dropout=drops["resid_pdrop"],
                 tie_weights=hf.get("tie_word_embeddings", True),

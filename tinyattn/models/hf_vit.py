@@ -17,7 +17,7 @@ The patch projection is a convolution with kernel = stride = p; flattening its (
 Linear that PatchEmbed applies to patches flattened in (c, y, x) order.
 """
 from .. import backend
-from ..hub import PretrainedError, setting
+from ..hub import PretrainedError, required
 
 LAYER_PARTS = {"layernorm_before": "norm1", "attention.output.dense": "attn.out_proj", "layernorm_after": "norm2",
                "intermediate.dense": "mlp.fc1", "output.dense": "mlp.fc2"}
@@ -32,17 +32,17 @@ def config_from_hf(hf, source):
         raise PretrainedError(f"{source}/config.json sets hidden_act={hf['hidden_act']!r}; models.ViT has 'gelu'")
     if not hf.get("qkv_bias", True):
         raise PretrainedError(f"{source}/config.json sets qkv_bias=false; models.ViT's attention has biases")
-    d_model = setting(hf, "hidden_size", source, required=True)
-    hidden = setting(hf, "intermediate_size", source, required=True)
+    d_model = required(hf, "hidden_size", source)
+    hidden = required(hf, "intermediate_size", source)
     if hidden % d_model:
         raise PretrainedError(f"{source}/config.json sets intermediate_size={hidden}, not a multiple of "
                               f"hidden_size={d_model}; models.ViT's MLP is mlp_ratio * d_model wide")
     id2label = {int(k): v for k, v in hf.get("id2label", {}).items()} or None
-    return dict(image_size=setting(hf, "image_size", source, required=True),
-                patch_size=setting(hf, "patch_size", source, required=True),
+    return dict(image_size=required(hf, "image_size", source),
+                patch_size=required(hf, "patch_size", source),
                 in_chans=hf.get("num_channels", 3), d_model=d_model,
-                depth=setting(hf, "num_hidden_layers", source, required=True),
-                num_heads=setting(hf, "num_attention_heads", source, required=True), mlp_ratio=hidden // d_model,
+                depth=required(hf, "num_hidden_layers", source),
+                num_heads=required(hf, "num_attention_heads", source), mlp_ratio=hidden // d_model,
                 num_classes=len(id2label) if id2label else hf.get("num_labels", 2),
                 norm_eps=hf.get("layer_norm_eps", 1e-12), id2label=id2label, position="learned", pool="cls")
 
