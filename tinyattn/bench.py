@@ -192,6 +192,8 @@ def measure(args):
         tracemalloc.stop()
     if args.device == "cuda":
         result["gpu_pool_peak_mib"] = work.pool_peak_mib(step)
+    if args.profile:
+        result["profile"] = profile_steps(work, step, args.reps)
     if args.command == "train-step":
         result["median_step_s"] = median
     if "approx_flops" in result:
@@ -199,6 +201,29 @@ def measure(args):
     result.update({k: v for k, v in vars(args).items() if k not in result and v is not None})
     result["machine"] = machine(work)
     return result
+
+
+def profile_steps(work, step, steps):
+    """The step run `steps` more times under a profiler, its table printed to stderr and its numbers returned for
+    the JSON: tinyattn's own (tinyattn.profiler: per Function, alone and shared among the threads), or, for the
+    PyTorch peer, torch.profiler's operators by their own CPU time."""
+    if work.framework == "torch":
+        with work.torch.profiler.profile() as torch_profile:
+            for _ in range(steps):
+                step()
+        events = sorted(torch_profile.key_averages(), key=lambda event: -event.self_cpu_time_total)[:25]
+        rows = [{"name": event.key, "calls": event.count / steps, "self_ms": event.self_cpu_time_total / 1e3 / steps}
+                for event in events]
+        print(f"{'per step':60s} {'calls':>6s} {'self ms':>9s}", file=sys.stderr)
+        for row in rows:
+            print(f"{row['name'][:60]:60s} {row['calls']:6.1f} {row['self_ms']:9.2f}", file=sys.stderr)
+        return {"operators": rows}
+    from tinyattn import profiler
+    with profiler.profile() as report:
+        for _ in range(steps):
+            step()
+    print(report.table(steps), file=sys.stderr)
+    return report.summary(steps)
 
 
 def machine(work):
@@ -219,6 +244,9 @@ def parse(argv):
     common.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     common.add_argument("--framework", default="tinyattn", choices=["tinyattn", "torch"])
     common.add_argument("--warmup", type=int, default=1)
+    common.add_argument("--profile", action="store_true",
+                        help="then run the steps again under a profiler and print where their time goes (stderr): "
+                             "per Function, alone and shared among the threads (torch: per operator)")
     attention = sub.add_parser("attention", parents=[common], help="forward+backward of float32 attention")
     attention.add_argument("--impl", default="flash", choices=["flash", "blockwise", "naive", "reference"],
                            help="flash: the fused CUDA kernels where they apply (on the GPU), else blockwise; "
@@ -281,6 +309,8 @@ def user_errors(args, flags):
     else:
         from tinyattn import cuda_is_available
         gpu = cuda_is_available()
+    if args.profile and args.device != "cpu":
+        errors.append("--profile times the CPU's work: run it with --device cpu")
     if args.device == "cuda" and not gpu:
         errors.append(f"--device cuda: {args.framework} sees no GPU here (run with --device cpu)")
     return errors
