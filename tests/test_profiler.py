@@ -74,11 +74,13 @@ def test_a_gpt_step_shows_its_linears_and_the_hand_offs_the_threads_took_part_in
     threads.set_num_threads(count)
     try:
         model = GPT(GPTConfig(vocab_size=32, block_size=64, n_layer=2, num_heads=2, d_model=64))
+        optimizer = ta.optim.AdamW(model.parameters())
         ids = ta.randint(0, 32, (4, 65))
         with profiler.profile() as report:
             for _ in range(2):
                 _, loss = model(ids[:, :-1], ids[:, 1:])
                 loss.backward()
+                optimizer.step()
     finally:
         threads.set_num_threads(before)
     summary = report.summary(steps=2)
@@ -90,6 +92,8 @@ def test_a_gpt_step_shows_its_linears_and_the_hand_offs_the_threads_took_part_in
     assert profiler.split.MIN_SHARED_MATMUL == 2 ** 21
     assert rows["FastLinear.forward"]["hand_offs"] == (2 * 3 if count == 2 else 0)
     assert rows["FastLinear.forward"]["shared_ms"] > 0
+    # the optimizer's one share a step is in no Function; on two threads the helper takes part in it
+    assert rows[profiler.OUTSIDE]["calls"] == 1 and rows[profiler.OUTSIDE]["hand_offs"] == (1 if count == 2 else 0)
     assert summary["no_function_ms"] > 0 and summary["waiting_ms"] >= 0
     assert "FastLinear.forward" in report.table(2)
 

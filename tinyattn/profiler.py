@@ -21,7 +21,7 @@ import time
 from .cpu import split
 from .tensor import Function
 
-OUTSIDE = "(no Function)"       # the row of shares made outside any Function: the optimizer's, for one
+OUTSIDE = "(no Function)"       # the row of shares made outside any Function (the optimizer's), its calls the shares
 
 
 class Report:
@@ -115,7 +115,10 @@ def profile():
         finally:
             elapsed = time.perf_counter() - start
             row = report._row(stack[-1][0] if stack else OUTSIDE)
-            row[1] -= elapsed if stack else 0.0
+            if stack:
+                row[1] -= elapsed
+            else:
+                row[0] += 1                             # the (no Function) row counts its shares
             row[2] += elapsed
             row[3] += helped[0]
             report.waiting_s += elapsed - own[0]
