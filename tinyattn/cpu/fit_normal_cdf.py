@@ -74,4 +74,5 @@ if __name__ == "__main__":
     unit, coefficients = fit()
     print(f"NORMAL_TAIL_UNIT = {unit!r}")
     print("NORMAL_TAIL_POLY = (" + ", ".join(repr(c) for c in coefficients) + ")")
-    print(f"largest relative error of Phi over [-{LIMIT:g}, {LIMIT:g}]: {largest_relative_error(unit, coefficients):.2e}")
+    error = largest_relative_error(unit, coefficients)
+    print(f"largest relative error of Phi over [-{LIMIT:g}, {LIMIT:g}]: {error:.2e}")
