@@ -51,7 +51,7 @@ def test_a_function_inside_another_counts_for_itself_and_everything_is_put_back(
     rows = report.summary()["functions"]
     times = {row["name"]: row["alone_ms"] for row in rows}
     assert times["Inner.forward"] >= 20 and times["InheritsForward.forward"] >= 20    # named by the class called
-    assert 10 <= times["Outer.forward"] < 20                     # its 10 ms sleep, not Inner's 20 inside it
+    assert 10 <= times["Outer.forward"] < 28                     # its 10 ms sleep; with Inner's 20 it would be 30+
     assert {row["name"]: row["calls"] for row in rows}["Inner.forward"] == 1
     assert report.summary()["step_ms"] >= sum(times.values())
     assert _entries() == before
