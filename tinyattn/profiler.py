@@ -86,11 +86,11 @@ def profile():
             try:
                 return method(*args, **kwargs)
             finally:
-                label_, start, children = stack.pop()
+                _, start, children = stack.pop()
                 elapsed = time.perf_counter() - start
                 if stack:
                     stack[-1][2] += elapsed
-                row = report._row(label_)
+                row = report._row(label)
                 row[0] += 1
                 row[1] += elapsed - children            # the shares in it come off below, as they happen
         return staticmethod(run)
