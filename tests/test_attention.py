@@ -1,6 +1,7 @@
 """Attention in every form: flash against naive, additive against its definition, modules, KV cache, positions,
 Swin windows. Each ties a form to the plain definition."""
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -80,6 +81,40 @@ def test_flash_gradcheck_and_float_mask():
         F.flash_attention(q, k, v, attn_mask=randn(2, 6, 7))
     with pytest.raises(ValueError, match="not both"):
         F.flash_attention(q, k, v, attn_mask=bias, is_causal=True)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("case", ["later keys score 800 higher", "rows see no key of the first block"])
+def test_flash_mends_a_row_block_whose_first_block_gives_no_fit_shift(case, dtype):
+    """The fast forward shifts each row's scores by their maximum over the first column block. Where later keys score
+    far higher (exp(800) overflows float32 and float64 alike) or a row sees none of the first block's keys and its
+    scores lie near -800 (every exp underflows), the row block is made again with the true maxima: output and
+    gradients within 64 roundings of float64's, and no warning.
+    Integer q and k make every score exact, so that float64 is a fair oracle (as in _large_logit_inputs)."""
+    rng = np.random.default_rng(0)
+    n, block = 24, 8
+    q, k = (rng.integers(-3, 4, (1, 2, n, 4)) for _ in range(2))
+    k[..., 0] = 1                                   # scores: q[..., 0] / 2 and a few halves; q carries the large
+    mask = None                                     # part, as in _large_logit_inputs, so that dQ loses nothing
+    if case == "later keys score 800 higher":
+        q[..., 0], k[..., :block, 0] = 1600, 0
+    else:
+        q[..., 0] = -1600
+        mask = ta.tensor(np.arange(n) >= block)     # every row sees the keys after the first block only
+    v, weight = rng.standard_normal((1, 2, n, 4)), rng.standard_normal((1, 2, n, 4))
+    inputs = [ta.tensor(x.astype(dtype), requires_grad=True) for x in (q, k, v)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        flash = F.flash_attention(*inputs, attn_mask=mask, block_size=block, fused=False)
+        got = [host(flash)] + _grads(flash, inputs, ta.tensor(weight.astype(dtype)))
+    inputs = [ta.tensor(x.astype("float64"), requires_grad=True) for x in (q, k, v)]
+    with ta.reference():
+        exact = F.scaled_dot_product_attention(*inputs, attn_mask=mask)
+        want = [host(exact)] + _grads(exact, inputs, ta.tensor(weight))
+    roundoff = np.finfo(dtype).eps / 2
+    for name, g, w in zip(("out", "dq", "dk", "dv"), got, want):
+        error = np.abs(g - w).max() / np.abs(w).max()
+        assert error < 64 * roundoff, f"{name}: relative error {error:.2e} = {error / roundoff:.0f} roundings"
 
 
 def test_flash_fully_masked_rows_give_zero_not_nan():

@@ -125,10 +125,14 @@ def to_host(array):
     return array.get() if is_cupy_array(array) else numpy.asarray(array)
 
 
-def silent_float_errors(array):
+def silent_float_errors(array, overflow=False):
     """A context in which a division by zero or an invalid operation on array's module gives inf or nan without
-    NumPy's RuntimeWarning (CuPy never warns), for results whose inf or nan is the answer PyTorch gives too."""
-    return contextlib.nullcontext() if is_cupy_array(array) else numpy.errstate(divide="ignore", invalid="ignore")
+    NumPy's RuntimeWarning (CuPy never warns), for results whose inf or nan is the answer PyTorch gives too; with
+    overflow, an overflow as well, for a result that is checked and made again when it is not finite. NumPy keeps
+    this setting per thread: a thread that works on a share of the result enters the context itself."""
+    if is_cupy_array(array):
+        return contextlib.nullcontext()
+    return numpy.errstate(divide="ignore", invalid="ignore", over="ignore" if overflow else None)
 
 
 def scatter_add(target, indices, values):

@@ -3,11 +3,16 @@ softmax (FlashAttention-2, Dao 2023). ReferenceFlashAttention is the algorithm i
 it); FastFlashAttention arranges the same loops for speed on the CPU; on the GPU, float32 inputs run the CUDA
 kernels of flash_kernel.py."""
 from .. import cpu
-from ..backend import broadcast_shapes, xp_of
+from ..backend import broadcast_shapes, silent_float_errors, xp_of
 from ..tensor import Function, Tensor
 from . import flash_kernel, twins
 from .attention_inputs import (additive_mask, check_attention_inputs, check_mask_choice, default_scale, group_heads,
                                group_size, merge_heads, split_heads, ungroup_grad, with_row_and_key_axes)
+
+
+# A row's sum l = sum exp(S - m) may grow this many times past its count of keys before the forward makes the row
+# block again with the true maximum as m (float32 and float64; float16 allows 16, its largest value's fourth root).
+SHIFT_HEADROOM = 2.0 ** 32
 
 
 def _blocks(n, block_size):
@@ -122,12 +127,12 @@ def _appended(x, value, axis):
     return xp.concatenate([x, xp.broadcast_to(xp.asarray(value, dtype=x.dtype), tuple(shape))], axis=axis)
 
 
-def _transposed_block(k, cols):
-    """One column block of K^T, laid out in memory as K^T is: S = Q K^T reads it about 4% faster so than as a
-    transposed view of K (OpenBLAS, 256 x 64 blocks). Forward and backward both take S from such blocks, so the
-    backward's S rounds as the forward's did."""
+def _transposed_block_with_ones(k, cols):
+    """One column block of [K^T; 1], laid out in memory as K^T is: S = Q K^T reads it about 4% faster so than as a
+    transposed view of K (OpenBLAS, 256 x 64 blocks). The row of ones makes [Q, -m] [K^T; 1] = S - m: the scores
+    arrive shifted by each row's m, with no pass of their own."""
     xp = xp_of(k)
-    return xp.ascontiguousarray(xp.swapaxes(k[..., cols, :], -1, -2))
+    return _appended(xp.swapaxes(k[..., cols, :], -1, -2), 1, axis=-2)
 
 
 def _pieces(rows, cols, is_causal):
@@ -143,107 +148,150 @@ def _pieces(rows, cols, is_causal):
     return [(part, slice(cols.start, min(cols.stop, part.stop))) for part in pieces if part.stop - 1 >= cols.start]
 
 
+def _block_scores(q_aug, k_aug_t, rows, cols, keys, mask, is_causal, shifted):
+    """S (+ mask) for one piece, or S - m (+ mask) if shifted: rows of [Q, -m] by keys of one block of [K^T; 1]."""
+    head = q_aug.shape[-1] - 1
+    s = q_aug[..., rows, :] @ k_aug_t[..., keys] if shifted else q_aug[..., rows, :head] @ k_aug_t[..., :head, keys]
+    bias = _block_bias(mask, rows, cols, is_causal, q_aug)
+    if bias is not None:
+        s += bias
+    return s
+
+
+def _shifted_scores(q_aug, k_aug_t, rows, cols, keys, mask, is_causal, take_m=False):
+    """exp's argument for one piece, S - m (+ mask), made alike in both passes, so that they round alike. In the
+    first column block (which every row sees) S comes plain and the rows' -m, kept in q_aug's last column, is added
+    in a pass of its own; with take_m, m is first set to these scores' row maxima (0 for a row that sees none of
+    them). Every other block gets S - m straight from the product [Q, -m] [K^T; 1]."""
+    first = cols.start == 0
+    s = _block_scores(q_aug, k_aug_t, rows, cols, keys, mask, is_causal, shifted=not first)
+    if first:
+        minus_m = q_aug[..., rows, -1:]
+        if take_m:
+            xp = xp_of(s)
+            m = s.max(axis=-1, keepdims=True)
+            xp.negative(xp.where(m == -xp.inf, 0, m), out=minus_m)
+        s += minus_m
+    return s
+
+
 @cpu.tuned
 class FastFlashAttention(Function):
-    """The same loops, each block step vectorised over batch and heads and in place on its scores buffer. As in
-    FlashAttention-2, the CPU threads share out row blocks in forward (each is independent) and column blocks in
-    backward (each owns its dK and dV; every one adds to all of dQ, so each thread sums a dQ of its own). The
-    forward's running sum l rides on its product with V: P [V, 1] = [P V, rowsum P], no pass over P of its own.
-    Under a causal mask, a block that crosses the diagonal goes in pieces of rows, each over the keys up to its last
-    row (_pieces), in both passes.
+    """The same result as the reference, its loops arranged for the CPU. Each block step is vectorised over batch
+    and heads and in place on its scores buffer. As in FlashAttention-2, the CPU threads share out row blocks in
+    forward (each is independent) and column blocks in backward (each owns its dK and dV; every one adds to all of
+    dQ, so each thread sums a dQ of its own). Under a causal mask, a block that crosses the diagonal goes in pieces
+    of rows, each over the keys up to its last row (_pieces), in both passes.
 
-    The backward recomputes each block's scores with the very product the forward made (the same operands, so the
-    same rounding) and takes P = exp(S - m) / l from each row's final max m and sum l, not exp(S - L): at large
-    logits a rounded L = m + log l is off by up to half its last place (1/64 at |L| ~ 4e5 in float32, 2 at 5e3 in
-    float16), and exp makes that a relative error of P as large, while S - m is exact near the max. 1/l rides on
-    dO's rows: dV += exp(S - m)^T (dO / l) and dS = exp(S - m) * ([dO, -D] / l [v, 1]^T), where the extra column
-    folds the row offset D into the product (dP and D are of one size, so this rounds as dP - D would)."""
+    The shift. Each row's m, the number its scores are shifted by before exp, is the maximum of its scores in the
+    first column block, and stays so for the rest of the row: no running maximum, no rescaling of the sums, and the
+    product [Q, -m] [K^T; 1] gives S - m with no pass of its own (_shifted_scores). Later keys may score higher than
+    m; that is safe while each row's sum l = sum exp(S - m) stays within [1/2, keys * SHIFT_HEADROOM]: no exp
+    overflows, the largest term is not far below 1, and 1/l stays a normal number. A row block whose sums leave
+    that range (later scores rising some 22 + log(keys) past the first block's, a row that sees none of the first
+    block's keys), or are not finite, is made again with each row's true maximum over all its keys as m.
+
+    The forward's running sum l rides on its product with V: P [V, 1] = [P V, rowsum P], no pass over P of its own.
+    The backward recomputes each piece's S - m by the very products the forward made (_shifted_scores: the same
+    operands, so the same rounding) and takes P = exp(S - m) / l, not exp(S - L): at large logits a rounded
+    L = m + log l is off by up to half its last place (1/64 at |L| ~ 4e5 in float32, 2 at 5e3 in float16), and exp
+    makes that a relative error of P as large, while S - m rounds no worse than S itself. 1/l rides on dO's rows:
+    dV += exp(S - m)^T (dO / l) and dS = exp(S - m) * ([dO, -D] / l [v, 1]^T), where the extra column folds the
+    row offset D into the product (dP and D are of one size, so this rounds as dP - D would)."""
 
     @staticmethod
     def forward(ctx, q, k, v, mask, scale, is_causal, enable_gqa, block_size):
         xp = xp_of(q)
         q, k, v, mask, groups = group_heads(q, k, v, mask, enable_gqa)
         batch = broadcast_shapes(q.shape[:-2], k.shape[:-2])
-        q_scaled = q * scale
-        k_t_blocks = [_transposed_block(k, cols) for cols in _blocks(k.shape[-2], block_size)]
-        zero, minus_inf = xp.zeros((), dtype=q.dtype), xp.asarray(-xp.inf, dtype=q.dtype)
-        out = cpu.laid_out_like(q, batch + (q.shape[-2], v.shape[-1]), q.dtype)     # as q is, often (B, T, H, E)
-        row_max = xp.empty(batch + (q.shape[-2], 1), dtype=q.dtype)     # m, 0 for a row that sees no key
-        row_sum_inverse = xp.empty_like(row_max)                         # 1 / l, 0 for a row that sees no key
-
+        head = q.shape[-1]
+        q_aug = xp.empty(batch + q.shape[-2:-1] + (head + 1,), dtype=q.dtype)     # [scale Q, -m], m: a row's shift
+        xp.multiply(q, scale, out=q_aug[..., :head])
+        column_blocks = _blocks(k.shape[-2], block_size)
+        k_aug_t = [_transposed_block_with_ones(k, cols) for cols in column_blocks]
         v_aug = _appended(v, 1, axis=-1)            # P [v, 1] = [P V, rowsum P]: the running sum rides on the product
+        zero = xp.zeros((), dtype=q.dtype)
+        out = cpu.laid_out_like(q, batch + (q.shape[-2], v.shape[-1]), q.dtype)     # as q is, often (B, T, H, E)
+        row_sum_inverse = xp.empty(batch + (q.shape[-2], 1), dtype=q.dtype)     # 1 / l, 0 for a row that sees no key
+        sum_range = (0.5, k.shape[-2] * min(SHIFT_HEADROOM, float(xp.finfo(q.dtype).max) ** 0.25))
 
-        def forward_rows(rows):                                          # one row block, all its column blocks
-            q_block = q_scaled[..., rows, :]
-            m = xp.full(batch + (rows.stop - rows.start, 1), -xp.inf, dtype=q.dtype)
-            acc = xp.zeros(batch + (rows.stop - rows.start, v.shape[-1] + 1), dtype=q.dtype)     # [acc, l]
-            for cols, k_t in zip(_blocks(k.shape[-2], block_size), k_t_blocks):
+        def visible_pieces(rows):
+            for cols, k_t in zip(column_blocks, k_aug_t):
                 if not _visible(rows, cols, is_causal):
                     break                                                 # the rest lie above the diagonal too
                 for part_rows, part_cols in _pieces(rows, cols, is_causal):
-                    mine = slice(part_rows.start - rows.start, part_rows.stop - rows.start)
-                    s = q_block[..., mine, :] @ k_t[..., :part_cols.stop - cols.start]
-                    bias = _block_bias(mask, part_rows, part_cols, is_causal, q)
-                    if bias is not None:
-                        s += bias
-                    m_old = m[..., mine, :]
-                    m_new = xp.maximum(m_old, s.max(axis=-1, keepdims=True))
-                    shift = xp.where(m_new == minus_inf, zero, m_new)
-                    s -= shift
-                    p = xp.exp(s, out=s)
-                    acc[..., mine, :] *= xp.exp(m_old - shift)            # alpha
-                    acc[..., mine, :] += p @ v_aug[..., part_cols, :]
-                    m_old[...] = m_new
+                    yield (slice(part_rows.start - rows.start, part_rows.stop - rows.start), part_rows, part_cols,
+                           k_t, slice(0, part_cols.stop - cols.start))
+
+        def sums(rows, m_known):
+            """[sum_j exp(S_j - m) V_j, l] for one row block; m from the first column block unless m_known."""
+            acc = xp.zeros(batch + (rows.stop - rows.start, v.shape[-1] + 1), dtype=q.dtype)     # [P V, l]
+            for mine, part_rows, part_cols, k_t, keys in visible_pieces(rows):
+                p = _shifted_scores(q_aug, k_t, part_rows, part_cols, keys, mask, is_causal, take_m=not m_known)
+                xp.exp(p, out=p)
+                acc[..., mine, :] += p @ v_aug[..., part_cols, :]
+            return acc
+
+        def true_max(rows):
+            """Each row's largest score over all the keys it sees; 0 for a row that sees none."""
+            m = xp.full(batch + (rows.stop - rows.start, 1), -xp.inf, dtype=q.dtype)
+            for mine, part_rows, part_cols, k_t, keys in visible_pieces(rows):
+                s = _block_scores(q_aug, k_t, part_rows, part_cols, keys, mask, is_causal, shifted=False)
+                xp.maximum(m[..., mine, :], s.max(axis=-1, keepdims=True), out=m[..., mine, :])
+            return xp.where(m == -xp.inf, zero, m)
+
+        def forward_rows(rows):                                          # one row block, all its column blocks
+            with silent_float_errors(q_aug, overflow=True):              # an overflow is seen below, and mended
+                acc = sums(rows, m_known=False)
             l = acc[..., -1:]
+            if not (bool(((l >= sum_range[0]) & (l <= sum_range[1])).all()) and bool(xp.isfinite(acc).all())):
+                q_aug[..., rows, head:] = -true_max(rows)
+                acc = sums(rows, m_known=True)
+                l = acc[..., -1:]
             empty = l == 0
             inverse = row_sum_inverse[..., rows, :]
             inverse[...] = xp.where(empty, zero, 1 / xp.where(empty, 1, l))
             xp.multiply(acc[..., :-1], inverse, out=out[..., rows, :])
-            row_max[..., rows, :] = xp.where(empty, zero, m)
         cpu.for_each_part(forward_rows, _blocks(q.shape[-2], block_size))
-        ctx.save_for_backward(q_scaled, k, v, out, row_max, row_sum_inverse, mask)
+        ctx.save_for_backward(q_aug, k, v, out, row_sum_inverse, mask)
         ctx.options = (scale, is_causal, block_size, groups)
         return merge_heads(out, groups)
 
     @staticmethod
     def backward(ctx, grad):
-        q_scaled, k, v, out, row_max, row_sum_inverse, mask = ctx.saved_tensors
+        q_aug, k, v, out, row_sum_inverse, mask = ctx.saved_tensors
         scale, is_causal, block_size, groups = ctx.options
         xp = xp_of(grad)
+        q_scaled = q_aug[..., :-1]
         grad = grad.reshape(out.shape)
-        grad_aug = xp.empty(out.shape[:-1] + (v.shape[-1] + 1,), dtype=q_scaled.dtype)   # [dO, -D] / l
+        grad_aug = xp.empty(out.shape[:-1] + (v.shape[-1] + 1,), dtype=q_aug.dtype)   # [dO, -D] / l
         xp.multiply(grad, row_sum_inverse, out=grad_aug[..., :-1])
         xp.multiply(cpu.last_axis_sum(grad * out), -row_sum_inverse, out=grad_aug[..., -1:])  # D = rowsum(dO * O)
         grad_scaled = grad_aug[..., :-1]
         # One slot per query head (k and v are broadcast over the group axis), summed over each group at the end.
-        grad_k = xp.zeros(out.shape[:-2] + k.shape[-2:], dtype=q_scaled.dtype)
-        grad_v = xp.zeros(out.shape[:-2] + v.shape[-2:], dtype=q_scaled.dtype)
+        grad_k = xp.zeros(out.shape[:-2] + k.shape[-2:], dtype=q_aug.dtype)
+        grad_v = xp.zeros(out.shape[:-2] + v.shape[-2:], dtype=q_aug.dtype)
 
         def backward_columns(cols, sums):                                # one column block, all the rows that see it
             (grad_q,) = sums
             v_aug_t = _appended(xp.swapaxes(v[..., cols, :], -1, -2), 1, axis=-2)  # this block's [v, 1]^T
-            k_t = _transposed_block(k, cols)
+            k_aug_t = _transposed_block_with_ones(k, cols)
             k_scaled = k[..., cols, :] * scale
-            for block_rows in _blocks(q_scaled.shape[-2], block_size):
+            for block_rows in _blocks(q_aug.shape[-2], block_size):
                 if not _visible(block_rows, cols, is_causal):
                     continue
                 for rows, part_cols in _pieces(block_rows, cols, is_causal):    # the forward's very pieces
                     mine = slice(part_cols.start - cols.start, part_cols.stop - cols.start)
-                    q_block = q_scaled[..., rows, :]
-                    p = q_block @ k_t[..., mine]                                 # S, as the forward made it
-                    bias = _block_bias(mask, rows, part_cols, is_causal, q_scaled)
-                    if bias is not None:
-                        p += bias
-                    p -= row_max[..., rows, :]
+                    p = _shifted_scores(q_aug, k_aug_t, rows, part_cols, mine, mask, is_causal)
                     xp.exp(p, out=p)                                             # l P
                     grad_v[..., part_cols, :] += xp.swapaxes(p, -1, -2) @ grad_scaled[..., rows, :]
                     grad_s = grad_aug[..., rows, :] @ v_aug_t[..., mine]         # (dP - D) / l, made dS in place
                     grad_s *= p
                     grad_q[..., rows, :] += grad_s @ k_scaled[..., mine, :]
-                    grad_k[..., part_cols, :] += xp.swapaxes(grad_s, -1, -2) @ q_block
+                    grad_k[..., part_cols, :] += xp.swapaxes(grad_s, -1, -2) @ q_scaled[..., rows, :]
         grad_q_shape = out.shape[:-1] + q_scaled.shape[-1:]
         (grad_q,) = cpu.sum_over_parts(backward_columns, _blocks(k.shape[-2], block_size),
-                                       lambda: (xp.zeros(grad_q_shape, dtype=q_scaled.dtype),))
+                                       lambda: (xp.zeros(grad_q_shape, dtype=q_aug.dtype),))
         return (merge_heads(grad_q, groups), ungroup_grad(grad_k, groups), ungroup_grad(grad_v, groups),
                 None, None, None, None, None)
 
