@@ -46,9 +46,22 @@ def for_each_part(work, parts):
     return results
 
 
-def sum_over_parts(work, parts, new_totals):
+def sum_over_parts(work, parts, new_totals, group=None):
     """work(part, totals) for every part, each thread adding into totals of its own (a tuple of arrays that
-    new_totals() makes); returns the totals summed over the threads."""
+    new_totals() makes); returns the totals summed over the threads.
+
+    group(part), where given, names the places of the totals a part adds into: parts of different names add into
+    disjoint places (attention's parts of different batch entries). When the names are at least as many as the
+    threads, every part of one name goes to the same thread and all threads add into one set of totals: no totals
+    per thread to zero and sum."""
+    named = {}
+    for part in parts if group is not None else ():
+        named.setdefault(group(part), []).append(part)
+    if len(named) >= get_num_threads():
+        totals = new_totals()
+        share(lambda mine: [work(part, totals) for name in mine for part in named[name]], named)
+        return totals
+
     def run(mine):
         totals = new_totals()
         for part in mine:
@@ -134,6 +147,11 @@ class AttentionPart:
         if x is None or x.ndim - 2 != self.batch_ndim or x.shape[0] == 1:
             return x
         return x[self.entries]
+
+    @property
+    def batch_entries(self):
+        """(start, stop) of the entries along the first batch axis that this part works on (None: all of them)."""
+        return self.entries.start, self.entries.stop
 
     def keys(self, x):
         x = self._entries(x)

@@ -94,7 +94,7 @@ class FastScaledDotProductAttention(Function):
         grad_q = cpu.laid_out_like(q, out.shape[:-1] + q.shape[-1:], q.dtype)      # the product writes it as q is
         grad_mask = xp.empty(out.shape[:-1] + k.shape[-2:-1], dtype=q.dtype) if ctx.needs_input_grad[3] else None
 
-        def attend_backward(part_and_p, sums):              # sums: this thread's dK and dV over its query rows
+        def attend_backward(part_and_p, sums):              # sums: dK and dV, this thread's or its entries'
             part, p = part_and_p
             grad_k, grad_v = sums
             g = part.queries(grad)
@@ -114,7 +114,8 @@ class FastScaledDotProductAttention(Function):
         def zero_sums():
             return (xp.zeros(out.shape[:-2] + k.shape[-2:], dtype=q.dtype),
                     xp.zeros(out.shape[:-2] + v.shape[-2:], dtype=q.dtype))
-        grad_k, grad_v = cpu.sum_over_parts(attend_backward, list(zip(ctx.parts, probs)), zero_sums)
+        grad_k, grad_v = cpu.sum_over_parts(attend_backward, list(zip(ctx.parts, probs)), zero_sums,
+                                            group=lambda part_and_p: part_and_p[0].batch_entries)
         grad_q *= ctx.scale
         # dK is laid out as k is by the pass that scales it (summing part by part into that layout costs more than the
         # copy it saves; for dV, which has no such pass, so does a copy: dV keeps the usual order)
