@@ -8,10 +8,12 @@ reference twins use none of it. Nothing here changes the math: tests hold fast =
 - tuning.py: BLAS held to one thread while tinyattn's fast code runs (given back afterwards); tune_allocator(),
   an explicit call that lets glibc keep freed memory for reuse.
 - arrays.py: array formulas arranged for NumPy's speed (row sums by BLAS, selections without where(), embedding
-  gradients by sorting, the normal CDF from a fitted polynomial, new arrays laid out as another is);
+  gradients by sorting, the normal CDF from a fitted polynomial, new arrays laid out as another is, exp by
+  exp2 where that is faster);
   fit_normal_cdf.py makes that polynomial.
 """
-from .arrays import add_rows, laid_out_like, last_axis_sum, leading_axes_sum, normal_cdf, row_mean, sigmoid
+from .arrays import (add_rows, exp_in_place, laid_out_like, last_axis_sum, leading_axes_sum, normal_cdf, row_mean,
+                     sigmoid)
 from .split import attention_parts, for_each_part, for_each_piece, matmul, matmuls, sum_over_parts
 from .threads import get_num_threads, set_num_threads
 from .tuning import tune_allocator, tuned

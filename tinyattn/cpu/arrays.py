@@ -7,7 +7,9 @@ Each was measured against the plain form it replaces (the reference twins in tin
 - the normal CDF from a fitted polynomial, in place, for float32: NumPy has no erf, and an erfc called element
   by element from Python is ~6x slower (fit_normal_cdf.py made the polynomial);
 - an output laid out in memory as an input is (attention's, as its transposed queries): the caller's transpose
-  back and reshape are then views, not copies.
+  back and reshape are then views, not copies;
+- exp(x) as exp2(x log2 e) for float32 where NumPy runs exp2 with AVX-512 (twice as fast as its exp there, a third
+  less time with the multiply; with AVX2 its exp2 is the slower one).
 """
 import functools
 import math
@@ -57,6 +59,31 @@ def laid_out_like(like, shape, dtype, make="empty"):
         return getattr(xp, make)(shape, dtype=dtype)
     stored = getattr(xp, make)(tuple(shape[axis] for axis in order), dtype=dtype)
     return stored.transpose([order.index(axis) for axis in range(like.ndim)])
+
+
+def exp_in_place(x):
+    """exp(x), written over x (a float array). For float32 where NumPy's exp2 loop is its AVX-512 one, as
+    exp2(x log2 e): the rounding of x log2 e makes the result up to ~4 float32 roundings off for |x| < 5, and up to
+    ~64 by |x| = 87 (NumPy's exp: ~2): terms that far below the largest do not move float32 attention."""
+    xp = xp_of(x)
+    if x.dtype == xp.float32 and not is_cupy_array(x) and _exp2_runs_avx512():
+        x *= LOG2_E
+        return xp.exp2(x, out=x)
+    return xp.exp(x, out=x)
+
+
+LOG2_E = 1 / math.log(2)
+
+
+@functools.lru_cache(maxsize=None)
+def _exp2_runs_avx512():
+    """Whether NumPy's float32 exp2 runs its AVX-512 loop here (NumPy 2.1 and later can say; else no)."""
+    try:
+        from numpy.lib.introspect import opt_func_info
+    except ImportError:
+        return False
+    loops = opt_func_info(func_name="^exp2$", signature="float32").get("exp2", {})
+    return any(loop["current"].startswith(("X86_V4", "AVX512")) for loop in loops.values())
 
 
 def sigmoid(x):

@@ -228,7 +228,7 @@ class FastFlashAttention(Function):
             acc = xp.zeros(batch + (rows.stop - rows.start, v.shape[-1] + 1), dtype=q.dtype)     # [P V, l]
             for mine, part_rows, part_cols, k_t, keys in visible_pieces(rows):
                 p = _shifted_scores(q_aug, k_t, part_rows, part_cols, keys, mask, is_causal, take_m=not m_known)
-                xp.exp(p, out=p)
+                cpu.exp_in_place(p)
                 acc[..., mine, :] += p @ v_aug[..., part_cols, :]
             return acc
 
@@ -283,7 +283,7 @@ class FastFlashAttention(Function):
                 for rows, part_cols in _pieces(block_rows, cols, is_causal):    # the forward's very pieces
                     mine = slice(part_cols.start - cols.start, part_cols.stop - cols.start)
                     p = _shifted_scores(q_aug, k_aug_t, rows, part_cols, mine, mask, is_causal)
-                    xp.exp(p, out=p)                                             # l P
+                    cpu.exp_in_place(p)                                          # l P
                     grad_v[..., part_cols, :] += xp.swapaxes(p, -1, -2) @ grad_scaled[..., rows, :]
                     grad_s = grad_aug[..., rows, :] @ v_aug_t[..., mine]         # (dP - D) / l, made dS in place
                     grad_s *= p
