@@ -63,8 +63,8 @@ def laid_out_like(like, shape, dtype, make="empty"):
 
 def exp_in_place(x):
     """exp(x), written over x (a float array). For float32 where NumPy's exp2 loop is its AVX-512 one, as
-    exp2(x log2 e): the rounding of x log2 e makes the result up to ~4 float32 roundings off for |x| < 5, and up to
-    ~64 by |x| = 87 (NumPy's exp: ~2): terms that far below the largest do not move float32 attention."""
+    exp2(x log2 e), within 4 + 1.5 |x| float32 roundings of exp(x) (NumPy's exp: ~2): the rounding of x log2 e
+    grows with |x|. Attention's terms near the largest, which make its sums, have |x| of a few units."""
     xp = xp_of(x)
     if x.dtype == xp.float32 and not is_cupy_array(x) and _exp2_runs_avx512():
         x *= LOG2_E
