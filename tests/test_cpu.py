@@ -158,6 +158,11 @@ def _forward_backward(fn, *shapes):
     ("flash, causal, grouped", lambda q, k, v: F.flash_attention(q, k, v, is_causal=True, enable_gqa=True,
                                                                 block_size=4), [(2, 4, 19, 8), (2, 2, 19, 8),
                                                                                 (2, 2, 19, 8)]),
+    ("flash, heads in lanes, padded", lambda q, k, v: F.flash_attention(
+        q, k, v, attn_mask=ta.tensor(np.arange(19) < 15), block_size=4), [(1, 3, 19, 8)] * 3),
+    ("flash, grouped heads in lanes, causal", lambda q, k, v: F.flash_attention(q, k, v, is_causal=True,
+                                                                               enable_gqa=True, block_size=4),
+     [(1, 6, 19, 8), (1, 3, 19, 8), (1, 3, 19, 8)]),
 ])
 def test_layers_give_the_same_answers_on_one_thread_or_three(thread_count, name, fn, shapes):
     thread_count(1)
@@ -166,6 +171,23 @@ def test_layers_give_the_same_answers_on_one_thread_or_three(thread_count, name,
     three = _forward_backward(fn, *shapes)
     for a, b in zip(one, three):
         np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-14, err_msg=name)
+
+
+@cpu_only
+def test_batch_lanes_cut_the_first_axis_the_threads_divide_and_in_lane_leaves_broadcast_axes_whole(thread_count):
+    thread_count(2)
+    whole = slice(None)
+    assert split.batch_lanes((1, 8), np.zeros(1)) == [(whole, slice(0, 4)), (whole, slice(4, 8))]
+    assert split.batch_lanes((3, 5), np.zeros(1)) == [()]                   # nothing two threads divide evenly
+    thread_count(3)
+    lanes = split.batch_lanes((1, 3, 2), np.zeros(1))                       # (batch, key heads, group) of GQA
+    assert lanes == [(whole, slice(i, i + 1)) for i in range(3)]
+    keys = np.zeros((1, 3, 1, 19, 8))                                       # broadcast along the group axis
+    assert split.in_lane(keys, lanes[1], 3).shape == (1, 1, 1, 19, 8)
+    assert split.in_lane(np.zeros((19, 19)), lanes[1], 3).shape == (19, 19)  # a mask without batch axes
+    assert split.in_lane(None, lanes[1], 3) is None and split.in_lane(keys, (), 3) is keys
+    thread_count(1)
+    assert split.batch_lanes((4, 8), np.zeros(1)) == [()]
 
 
 @cpu_only

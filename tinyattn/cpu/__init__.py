@@ -4,7 +4,8 @@ The fast Functions in tinyattn/functional show their formula and hand the cuttin
 reference twins use none of it. Nothing here changes the math: tests hold fast == reference.
 
 - threads.py: tinyattn's own threads (set_num_threads as in PyTorch) and share(), which deals work among them.
-- split.py: how a fast Function's work is cut: a product's rows, rows in cache-sized pieces, attention's parts.
+- split.py: how a fast Function's work is cut: a product's rows, rows in cache-sized pieces, attention's parts, a
+  batch's lanes.
 - tuning.py: BLAS held to one thread while tinyattn's fast code runs (given back afterwards); tune_allocator(),
   an explicit call that lets glibc keep freed memory for reuse.
 - arrays.py: array formulas arranged for NumPy's speed (row sums by BLAS, selections without where(), embedding
@@ -14,6 +15,7 @@ reference twins use none of it. Nothing here changes the math: tests hold fast =
 """
 from .arrays import (add_rows, exp_in_place, laid_out_like, last_axis_sum, leading_axes_sum, normal_cdf, row_mean,
                      sigmoid)
-from .split import attention_parts, for_each_part, for_each_piece, matmul, matmuls, sum_over_parts
+from .split import (attention_parts, batch_lanes, for_each_part, for_each_piece, in_lane, matmul, matmuls,
+                    sum_over_parts)
 from .threads import get_num_threads, set_num_threads
 from .tuning import tune_allocator, tuned

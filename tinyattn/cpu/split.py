@@ -130,6 +130,26 @@ def for_each_piece(fn, inputs, outputs):
     return outputs
 
 
+def batch_lanes(batch_shape, like):
+    """Index tuples that cut a batch (attention's batch and heads) into one equal lane per thread along its first
+    axis whose length the threads divide, for work that is independent from lane to lane and adds into places of
+    its own in each ([()]: one lane, the whole batch, when no axis divides, on one thread, and on the GPU)."""
+    n = get_num_threads()
+    for axis, size in enumerate(batch_shape):
+        if n > 1 and size % n == 0 and not is_cupy_array(like):
+            return [(slice(None),) * axis + (part,) for part in one_slice_per_thread(size)]
+    return [()]
+
+
+def in_lane(x, lane, batch_ndim):
+    """x's share of a lane (batch_lanes), for an array whose axes before its last two broadcast against a batch of
+    batch_ndim axes: an axis of size 1 or one it lacks is taken whole. None stays None."""
+    if x is None or not lane:
+        return x
+    axis = x.ndim - 2 - batch_ndim + len(lane) - 1
+    return x if axis < 0 or x.shape[axis] == 1 else x[(slice(None),) * axis + lane[-1:]]
+
+
 class AttentionPart:
     """Some batch entries (along the first batch axis), some query rows, and the keys those rows may see.
 

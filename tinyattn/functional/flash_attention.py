@@ -179,9 +179,11 @@ def _shifted_scores(q_aug, k_aug_t, rows, cols, keys, mask, is_causal, take_m=Fa
 class FastFlashAttention(Function):
     """The same result as the reference, its loops arranged for the CPU. Each block step is vectorised over batch
     and heads and in place on its scores buffer. As in FlashAttention-2, the CPU threads share out row blocks in
-    forward (each is independent) and column blocks in backward (each owns its dK and dV; every one adds to all of
-    dQ, so each thread sums a dQ of its own). Under a causal mask, a block that crosses the diagonal goes in pieces
-    of rows, each over the keys up to its last row (_pieces), in both passes.
+    forward (each is independent) and column blocks in backward (each owns its dK and dV). In backward the heads
+    come in lanes, one per thread (cpu.batch_lanes), each with all its column blocks, so that every dQ row is added
+    to by one thread; where the threads do not divide the heads, each thread sums a dQ of its own. Under a causal
+    mask, a block that crosses the diagonal goes in pieces of rows, each over the keys up to its last row
+    (_pieces), in both passes.
 
     The shift. Each row's m, the number its scores are shifted by before exp, is the maximum of its scores in the
     first column block, and stays so for the rest of the row: no running maximum, no rescaling of the sums, and the
@@ -262,36 +264,40 @@ class FastFlashAttention(Function):
         q_aug, k, v, out, row_sum_inverse, mask = ctx.saved_tensors
         scale, is_causal, block_size, groups = ctx.options
         xp = xp_of(grad)
-        q_scaled = q_aug[..., :-1]
         grad = grad.reshape(out.shape)
         grad_aug = xp.empty(out.shape[:-1] + (v.shape[-1] + 1,), dtype=q_aug.dtype)   # [dO, -D] / l
         xp.multiply(grad, row_sum_inverse, out=grad_aug[..., :-1])
         xp.multiply(cpu.last_axis_sum(grad * out), -row_sum_inverse, out=grad_aug[..., -1:])  # D = rowsum(dO * O)
-        grad_scaled = grad_aug[..., :-1]
         # One slot per query head (k and v are broadcast over the group axis), summed over each group at the end.
         grad_k = xp.zeros(out.shape[:-2] + k.shape[-2:], dtype=q_aug.dtype)
         grad_v = xp.zeros(out.shape[:-2] + v.shape[-2:], dtype=q_aug.dtype)
 
-        def backward_columns(cols, sums):                                # one column block, all the rows that see it
-            (grad_q,) = sums
-            v_aug_t = _appended(xp.swapaxes(v[..., cols, :], -1, -2), 1, axis=-2)  # this block's [v, 1]^T
-            k_aug_t = _transposed_block_with_ones(k, cols)
-            k_scaled = k[..., cols, :] * scale
+        lanes, batch_ndim = cpu.batch_lanes(out.shape[:-2], grad), out.ndim - 2
+
+        def backward_columns(part, sums):                # one column block of one lane, all the rows that see it
+            lane, cols = lanes[part[0]], part[1]
+            q_aug_l, k_l, v_l, grad_aug_l, mask_l, grad_q, grad_k_l, grad_v_l = (
+                cpu.in_lane(x, lane, batch_ndim) for x in (q_aug, k, v, grad_aug, mask, *sums, grad_k, grad_v))
+            v_aug_t = _appended(xp.swapaxes(v_l[..., cols, :], -1, -2), 1, axis=-2)  # this block's [v, 1]^T
+            k_aug_t = _transposed_block_with_ones(k_l, cols)
+            k_scaled = k_l[..., cols, :] * scale
             for block_rows in _blocks(q_aug.shape[-2], block_size):
                 if not _visible(block_rows, cols, is_causal):
                     continue
                 for rows, part_cols in _pieces(block_rows, cols, is_causal):    # the forward's very pieces
                     mine = slice(part_cols.start - cols.start, part_cols.stop - cols.start)
-                    p = _shifted_scores(q_aug, k_aug_t, rows, part_cols, mine, mask, is_causal)
+                    p = _shifted_scores(q_aug_l, k_aug_t, rows, part_cols, mine, mask_l, is_causal)
                     cpu.exp_in_place(p)                                          # l P
-                    grad_v[..., part_cols, :] += xp.swapaxes(p, -1, -2) @ grad_scaled[..., rows, :]
-                    grad_s = grad_aug[..., rows, :] @ v_aug_t[..., mine]         # (dP - D) / l, made dS in place
+                    grad_v_l[..., part_cols, :] += xp.swapaxes(p, -1, -2) @ grad_aug_l[..., rows, :-1]
+                    grad_s = grad_aug_l[..., rows, :] @ v_aug_t[..., mine]       # (dP - D) / l, made dS in place
                     grad_s *= p
                     grad_q[..., rows, :] += grad_s @ k_scaled[..., mine, :]
-                    grad_k[..., part_cols, :] += xp.swapaxes(grad_s, -1, -2) @ q_scaled[..., rows, :]
-        grad_q_shape = out.shape[:-1] + q_scaled.shape[-1:]
-        (grad_q,) = cpu.sum_over_parts(backward_columns, _blocks(k.shape[-2], block_size),
-                                       lambda: (xp.zeros(grad_q_shape, dtype=q_aug.dtype),))
+                    grad_k_l[..., part_cols, :] += xp.swapaxes(grad_s, -1, -2) @ q_aug_l[..., rows, :-1]
+        grad_q_shape = out.shape[:-1] + (q_aug.shape[-1] - 1,)
+        # Lanes of heads, one per thread, add into places of their own: one dQ for all. Else each thread sums a dQ.
+        parts = [(lane, cols) for lane in range(len(lanes)) for cols in _blocks(k.shape[-2], block_size)]
+        (grad_q,) = cpu.sum_over_parts(backward_columns, parts, lambda: (xp.zeros(grad_q_shape, dtype=q_aug.dtype),),
+                                       group=lambda part: part[0])
         return (merge_heads(grad_q, groups), ungroup_grad(grad_k, groups), ungroup_grad(grad_v, groups),
                 None, None, None, None, None)
 
