@@ -282,6 +282,33 @@ def test_adam_and_adamw_by_hand(cls, decoupled):
         np.testing.assert_allclose(host(p), w, rtol=1e-10)
 
 
+@pytest.mark.parametrize("cls,options", [(optim.AdamW, {}), (optim.Adam, {"weight_decay": 0.1, "amsgrad": True})])
+def test_adam_updates_small_parameters_together_to_the_same_bits(cls, options, monkeypatch):
+    """Biases and norms' weights are updated as one flat array (fewer NumPy calls): every parameter and every
+    moment comes out bit for bit as when each is updated on its own, over steps where one parameter has no
+    gradient (its step count falls behind, so it goes in a batch of its own)."""
+    from tinyattn.optim import adam
+
+    def run(small):
+        monkeypatch.setattr(adam, "SMALL_PARAMETER", small)
+        ta.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 70), nn.LayerNorm(70), nn.GELU(), nn.Linear(70, 3))
+        opt = cls(model.parameters(), lr=0.01, **options)
+        x = ta.randn(16, 8)
+        for step in range(3):
+            opt.zero_grad()
+            (model(x) ** 2).mean().backward()
+            if step == 1:
+                model[1].bias.grad = None
+            opt.step()
+        return [host(p) for p in model.parameters()] + [host(a) for state in opt.state.values()
+                                                          for a in state.values() if hasattr(a, "shape")]
+    together, alone = run(adam.SMALL_PARAMETER), run(0)
+    assert len(together) == len(alone) > 6
+    for a, b in zip(together, alone):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_clip_grad_norm_and_schedule():
     a, b = _param([0.0, 0.0]), _param([0.0])
     a.grad, b.grad = ta.tensor(np.array([3.0, 0.0])), ta.tensor(np.array([4.0]))
