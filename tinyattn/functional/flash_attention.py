@@ -11,7 +11,9 @@ from .attention_inputs import (additive_mask, check_attention_inputs, check_mask
 
 
 # A row's sum l = sum exp(S - m) may grow this many times past its count of keys before the forward makes the row
-# block again with the true maximum as m (float32 and float64; float16 allows 16, its largest value's fourth root).
+# block again with the true maximum as m (float32 and float64). float16 allows 16, the fourth root of its largest
+# value, so that l and the products of such terms with V and dO mostly stay finite; its finiteness check catches
+# the rest.
 SHIFT_HEADROOM = 2.0 ** 32
 
 
@@ -127,12 +129,17 @@ def _appended(x, value, axis):
     return xp.concatenate([x, xp.broadcast_to(xp.asarray(value, dtype=x.dtype), tuple(shape))], axis=axis)
 
 
-def _transposed_block_with_ones(k, cols):
-    """One column block of [K^T; 1], laid out in memory as K^T is: S = Q K^T reads it about 4% faster so than as a
-    transposed view of K (OpenBLAS, 256 x 64 blocks). The row of ones makes [Q, -m] [K^T; 1] = S - m: the scores
-    arrive shifted by each row's m, with no pass of their own."""
-    xp = xp_of(k)
-    return _appended(xp.swapaxes(k[..., cols, :], -1, -2), 1, axis=-2)
+def _transposed_block_with_ones(x, cols):
+    """One column block of [X^T; 1], a new array in the usual (C) order: S = Q K^T reads K^T about 4% faster so than
+    as a transposed view of K (OpenBLAS, 256 x 64 blocks); concatenate would keep the view's order. For K, the row of
+    ones makes [Q, -m] [K^T; 1] = S - m: the scores arrive shifted by each row's m, with no pass of their own; for V,
+    it makes [dO, -D] [V^T; 1] = dP - D."""
+    xp = xp_of(x)
+    block = x[..., cols, :]
+    out = xp.empty(block.shape[:-2] + (block.shape[-1] + 1, block.shape[-2]), dtype=x.dtype)
+    out[..., :-1, :] = xp.swapaxes(block, -1, -2)
+    out[..., -1, :] = 1
+    return out
 
 
 def _pieces(rows, cols, is_causal):
@@ -189,9 +196,10 @@ class FastFlashAttention(Function):
     first column block, and stays so for the rest of the row: no running maximum, no rescaling of the sums, and the
     product [Q, -m] [K^T; 1] gives S - m with no pass of its own (_shifted_scores). Later keys may score higher than
     m; that is safe while each row's sum l = sum exp(S - m) stays within [1/2, keys * SHIFT_HEADROOM]: no exp
-    overflows, the largest term is not far below 1, and 1/l stays a normal number. A row block whose sums leave
-    that range (later scores rising some 22 + log(keys) past the first block's, a row that sees none of the first
-    block's keys), or are not finite, is made again with each row's true maximum over all its keys as m.
+    overflows, the largest term is not far below 1, and in float32 and float64 1/l stays far from underflowing. A
+    row block whose sums leave that range (later scores rising some 22 + log(keys) past the first block's; a row
+    that sees none of the first block's keys, m = 0, and sums far from 1; a row that sees no key at all, l = 0), or
+    are not finite, is made again with each row's true maximum over all its keys as m.
 
     The forward's running sum l rides on its product with V: P [V, 1] = [P V, rowsum P], no pass over P of its own.
     The backward recomputes each piece's S - m by the very products the forward made (_shifted_scores: the same
@@ -278,7 +286,7 @@ class FastFlashAttention(Function):
             lane, cols = lanes[part[0]], part[1]
             q_aug_l, k_l, v_l, grad_aug_l, mask_l, grad_q, grad_k_l, grad_v_l = (
                 cpu.in_lane(x, lane, batch_ndim) for x in (q_aug, k, v, grad_aug, mask, *sums, grad_k, grad_v))
-            v_aug_t = _appended(xp.swapaxes(v_l[..., cols, :], -1, -2), 1, axis=-2)  # this block's [v, 1]^T
+            v_aug_t = _transposed_block_with_ones(v_l, cols)               # this block's [v, 1]^T
             k_aug_t = _transposed_block_with_ones(k_l, cols)
             k_scaled = k_l[..., cols, :] * scale
             for block_rows in _blocks(q_aug.shape[-2], block_size):
@@ -294,7 +302,8 @@ class FastFlashAttention(Function):
                     grad_q[..., rows, :] += grad_s @ k_scaled[..., mine, :]
                     grad_k_l[..., part_cols, :] += xp.swapaxes(grad_s, -1, -2) @ q_aug_l[..., rows, :-1]
         grad_q_shape = out.shape[:-1] + (q_aug.shape[-1] - 1,)
-        # Lanes of heads, one per thread, add into places of their own: one dQ for all. Else each thread sums a dQ.
+        # Lanes of the batch (its heads or entries), one per thread, add into places of their own: one dQ for all.
+        # Else each thread sums a dQ of its own.
         parts = [(lane, cols) for lane in range(len(lanes)) for cols in _blocks(k.shape[-2], block_size)]
         (grad_q,) = cpu.sum_over_parts(backward_columns, parts, lambda: (xp.zeros(grad_q_shape, dtype=q_aug.dtype),),
                                        group=lambda part: part[0])
