@@ -83,7 +83,7 @@ def test_flash_gradcheck_and_float_mask():
         F.flash_attention(q, k, v, attn_mask=bias, is_causal=True)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
 @pytest.mark.parametrize("case", ["later keys score 800 higher", "rows see no key of the first block"])
 def test_flash_mends_a_row_block_whose_first_block_gives_no_fit_shift(case, dtype):
     """The fast forward shifts each row's scores by their maximum over the first column block. Where later keys score

@@ -229,11 +229,11 @@ def test_for_each_part_keeps_the_order_of_parts_and_sum_over_parts_adds_every_th
 
 
 @cpu_only
-@pytest.mark.parametrize("n_groups,totals_made", [(4, 1), (3, 1), (1, 3)])
+@pytest.mark.parametrize("n_groups,totals_made", [(6, 1), (3, 1), (4, 3), (1, 3)])
 def test_sum_over_parts_gives_each_group_of_parts_to_one_thread_and_one_set_of_totals(thread_count, n_groups,
                                                                                      totals_made):
-    """Parts grouped by the places they add into: with at least as many groups as threads, every group's parts run
-    on one thread and all add into the same totals (made once, nothing summed after); with fewer, each thread sums
+    """Parts grouped by the places they add into: where the threads divide the groups evenly, every group's parts
+    run on one thread and all add into the same totals (made once, nothing summed after); else each thread sums
     its own and the totals are added up. Either way every part counts once."""
     thread_count(3)
     made, threads_of_group = [], {}
@@ -245,10 +245,10 @@ def test_sum_over_parts_gives_each_group_of_parts_to_one_thread_and_one_set_of_t
     def add(part, totals):
         threads_of_group.setdefault(part % n_groups, set()).add(threading.get_ident())
         totals[0][part] += part + 1
-    (total,) = split.sum_over_parts(add, range(12), new_totals, group=lambda part: part % n_groups)
+    (total,) = split.sum_over_parts(add, (part for part in range(12)), new_totals, group=lambda part: part % n_groups)
     np.testing.assert_array_equal(total, np.arange(12) + 1)
     assert len(made) == totals_made
-    if n_groups >= 3:
+    if totals_made == 1:
         assert all(len(seen) == 1 for seen in threads_of_group.values())
 
 

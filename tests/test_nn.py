@@ -284,15 +284,15 @@ def test_adam_and_adamw_by_hand(cls, decoupled):
 
 @pytest.mark.parametrize("cls,options", [(optim.AdamW, {}), (optim.Adam, {"weight_decay": 0.1, "amsgrad": True})])
 def test_adam_updates_small_parameters_together_to_the_same_bits(cls, options, monkeypatch):
-    """Biases and norms' weights are updated as one flat array (fewer NumPy calls): every parameter and every
-    moment comes out bit for bit as when each is updated on its own, over steps where one parameter has no
-    gradient (its step count falls behind, so it goes in a batch of its own)."""
+    """Biases and norms' weights are updated as one flat array (fewer NumPy calls), a larger weight on its own:
+    every parameter and every moment comes out bit for bit as when each is updated on its own, over steps where one
+    parameter has no gradient (its step count falls behind, so it goes in a batch of its own)."""
     from tinyattn.optim import adam
 
     def run(small):
         monkeypatch.setattr(adam, "SMALL_PARAMETER", small)
         ta.manual_seed(0)
-        model = nn.Sequential(nn.Linear(8, 70), nn.LayerNorm(70), nn.GELU(), nn.Linear(70, 3))
+        model = nn.Sequential(nn.Linear(8, 700), nn.LayerNorm(700), nn.GELU(), nn.Linear(700, 3))  # 5600, 2100
         opt = cls(model.parameters(), lr=0.01, **options)
         x = ta.randn(16, 8)
         for step in range(3):

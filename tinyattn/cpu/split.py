@@ -51,13 +51,13 @@ def sum_over_parts(work, parts, new_totals, group=None):
     new_totals() makes); returns the totals summed over the threads.
 
     group(part), where given, names the places of the totals a part adds into: parts of different names add into
-    disjoint places (attention's parts of different batch entries). When the names are at least as many as the
-    threads, every part of one name goes to the same thread and all threads add into one set of totals: no totals
-    per thread to zero and sum."""
-    named = {}
+    disjoint places (attention's parts of different batch entries). When the threads divide the names evenly, every
+    part of one name goes to the same thread and all threads add into one set of totals: no totals per thread to
+    zero and sum. (Unevenly, some threads would idle while others finish a name more.)"""
+    parts, named = list(parts), {}
     for part in parts if group is not None else ():
         named.setdefault(group(part), []).append(part)
-    if len(named) >= get_num_threads():
+    if named and len(named) % get_num_threads() == 0:
         totals = new_totals()
         share(lambda mine: [work(part, totals) for name in mine for part in named[name]], named)
         return totals
@@ -170,7 +170,7 @@ class AttentionPart:
 
     @property
     def batch_entries(self):
-        """(start, stop) of the entries along the first batch axis that this part works on (None: all of them)."""
+        """(start, stop) of the entries along the first batch axis that this part works on ((None, None): all)."""
         return self.entries.start, self.entries.stop
 
     def keys(self, x):
