@@ -142,8 +142,8 @@ def batch_lanes(batch_shape, like):
 
 
 def in_lane(x, lane, batch_ndim):
-    """x's share of a lane (batch_lanes), for an array whose axes before its last two broadcast against a batch of
-    batch_ndim axes: an axis of size 1 or one it lacks is taken whole. None stays None."""
+    """x's share of a lane (batch_lanes, or an AttentionPart's entries), for an array whose axes before its last two
+    broadcast against a batch of batch_ndim axes: an axis of size 1 or one it lacks is taken whole. None stays None."""
     if x is None or not lane:
         return x
     axis = x.ndim - 2 - batch_ndim + len(lane) - 1
@@ -164,9 +164,7 @@ class AttentionPart:
         self.seen = slice(None, n_seen)
 
     def _entries(self, x):
-        if x is None or x.ndim - 2 != self.batch_ndim or x.shape[0] == 1:
-            return x
-        return x[self.entries]
+        return in_lane(x, (self.entries,), self.batch_ndim)
 
     @property
     def batch_entries(self):
