@@ -57,6 +57,88 @@ def test_share_inside_a_share_runs_on_the_same_thread(thread_count):
     assert inner == [[6], [6]]
 
 
+def _busy_helper():
+    """Keep the one helper thread busy with a Later job until the returned event is set."""
+    started, release = threading.Event(), threading.Event()
+    job = threads.Later(lambda: (started.set(), release.wait(10))).start()
+    assert started.wait(10)
+    return job, release
+
+
+@cpu_only
+def test_a_later_job_runs_once_on_the_thread_that_comes_to_it_first(thread_count):
+    thread_count(2)
+    ran = []
+    job = threads.Later(lambda: ran.append(threading.get_ident())).start()
+    job.wait()
+    job.wait()                                      # waiting again neither runs it again nor blocks
+    assert len(ran) == 1
+    busy, release = _busy_helper()
+    job = threads.Later(lambda: ran.append(threading.get_ident())).start()
+    job.wait()                                      # no helper has begun it: the waiting thread runs it
+    assert ran[-1] == threading.get_ident() and len(ran) == 2
+    # shares that the busy helper has not begun are done by the calling thread, each result in its place
+    assert threads.share(lambda items: (list(items), threading.get_ident()), range(4)) == \
+        [([0, 3], threading.get_ident()), ([1, 2], threading.get_ident())]
+    release.set()
+    busy.wait()
+    with pytest.raises(ZeroDivisionError):
+        threads.Later(lambda: 1 / 0).start().wait()
+    thread_count(1)
+    job = threads.Later(lambda: ran.append(threading.get_ident())).start()    # one thread: run at once
+    assert ran[-1] == threading.get_ident() and len(ran) == 3
+
+
+@cpu_only
+@pytest.mark.parametrize("helper_busy", [False, True])
+def test_matmul_later_is_the_product_once_settled_through_the_array_or_a_view(thread_count, monkeypatch,
+                                                                              helper_busy):
+    thread_count(2)
+    monkeypatch.setattr(split, "MIN_SHARED_MATMUL", 1)
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((64, 48)).astype(np.float32), rng.standard_normal((48, 32)).astype(np.float32)
+    with ta.cpu.tuning.blas_held():
+        expected = a @ b
+    busy, release = _busy_helper() if helper_busy else (None, None)
+    out = cpu.matmul_later(a, b)
+    if helper_busy:
+        assert id(out) in split._being_written      # queued behind the busy helper's job: not written yet
+    np.testing.assert_array_equal(cpu.settled(out.T).T, expected)
+    assert not split._being_written
+    if helper_busy:
+        release.set()
+        busy.wait()
+    assert cpu.settled(None) is None and cpu.settled(3.0) == 3.0
+
+
+@cpu_only
+@pytest.mark.parametrize("helper_busy", [False, True])
+def test_the_backward_walk_reads_a_linear_weights_gradient_only_once_written(thread_count, monkeypatch, helper_busy):
+    """FastLinear leaves dW to a helper thread; the walk settles it wherever it reads it: a weight used twice (two
+    dW added), a weight computed from a parameter (its dW goes on into Mul's backward) and a leaf's .grad."""
+    thread_count(2)
+    monkeypatch.setattr(split, "MIN_SHARED_MATMUL", 1)
+    rng = np.random.default_rng(1)
+    x, y = (ta.tensor(rng.standard_normal((2, 5, 24))) for _ in range(2))
+    shared, scaled = (ta.tensor(rng.standard_normal((16, 24)), requires_grad=True) for _ in range(2))
+
+    def grads():
+        shared.grad = scaled.grad = None
+        loss = (F.linear(x, shared) * F.linear(y, shared)).sum() + (F.linear(x, scaled * 3.0) ** 2).sum()
+        busy, release = _busy_helper() if helper_busy else (None, None)
+        loss.backward()
+        if helper_busy:
+            release.set()
+            busy.wait()
+        assert not split._being_written
+        return host(shared.grad), host(scaled.grad)
+    fast = grads()
+    with ta.reference():
+        expected = grads()
+    for got, want in zip(fast, expected):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
 @pytest.mark.parametrize("bad, error", [(0, RuntimeError), (-2, RuntimeError), (1.5, TypeError), ("2", TypeError),
                                         (True, TypeError)])
 def test_set_num_threads_rejects_what_is_not_a_count(bad, error):

@@ -11,7 +11,7 @@ import contextlib
 import threading
 import weakref
 
-from . import backend, printing
+from . import backend, cpu, printing
 
 _this_thread = threading.local()        # .grad_modes: this thread's grad modes, the innermost last
 
@@ -341,7 +341,9 @@ class Tensor:
         start = self._node or self
         pending = {id(start): _output_gradient(self, gradient)}  # gradients not yet passed on, by node or leaf
         for step in reversed(_topological_order(start)):
-            grad = pending.pop(id(step), None)
+            # A gradient may still be being written: a fast Linear leaves its weight's to a helper thread. The walk
+            # reads every gradient through cpu.settled, which waits for it.
+            grad = cpu.settled(pending.pop(id(step), None))
             if grad is None:
                 continue
             is_leaf = type(step) is not Node
@@ -355,7 +357,8 @@ class Tensor:
                 continue
             for edge, edge_grad in step.input_gradients(grad):
                 # Out of place: a backward may hand the same array to several inputs.
-                pending[id(edge)] = edge_grad if id(edge) not in pending else pending[id(edge)] + edge_grad
+                pending[id(edge)] = (edge_grad if id(edge) not in pending
+                                     else cpu.settled(pending[id(edge)]) + cpu.settled(edge_grad))
             if not retain_graph:
                 step.release()
 
@@ -414,9 +417,9 @@ def _sum_to_shape(grad, parent, index, node):
                                f"for its input {index} of shape {shape}: it must have that shape or broadcast to it")
         axes = tuple(range(extra)) + tuple(extra + i for i, size in enumerate(shape)
                                            if size == 1 and grad.shape[extra + i] != 1)
-        grad = grad.sum(axis=axes, keepdims=True).reshape(shape)
+        grad = cpu.settled(grad).sum(axis=axes, keepdims=True).reshape(shape)
     dtype = parent.array.dtype
-    return grad if grad.dtype == dtype else grad.astype(dtype)
+    return grad if grad.dtype == dtype else cpu.settled(grad).astype(dtype)
 
 
 class Function:

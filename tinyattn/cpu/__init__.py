@@ -3,9 +3,10 @@
 The fast Functions in tinyattn/functional show their formula and hand the cutting of work to this layer; their
 reference twins use none of it. Nothing here changes the math: tests hold fast == reference.
 
-- threads.py: tinyattn's own threads (set_num_threads as in PyTorch) and share(), which deals work among them.
+- threads.py: tinyattn's own threads (set_num_threads as in PyTorch), share(), which deals work among them, and
+  Later jobs, which a helper runs while the calling thread goes on.
 - split.py: how a fast Function's work is cut: a product's rows, rows in cache-sized pieces, attention's parts, a
-  batch's lanes.
+  batch's lanes; a product left to a helper (matmul_later), read through settled().
 - tuning.py: BLAS held to one thread while tinyattn's fast code runs (given back afterwards); tune_allocator(),
   an explicit call that lets glibc keep freed memory for reuse.
 - arrays.py: array formulas arranged for NumPy's speed (row sums by BLAS, selections without where(), embedding
@@ -15,7 +16,7 @@ reference twins use none of it. Nothing here changes the math: tests hold fast =
 """
 from .arrays import (add_rows, exp_in_place, laid_out_like, last_axis_sum, leading_axes_sum, normal_cdf, row_mean,
                      sigmoid)
-from .split import (attention_parts, batch_lanes, for_each_part, for_each_piece, in_lane, matmul, matmuls,
-                    sum_over_parts)
+from .split import (attention_parts, batch_lanes, for_each_part, for_each_piece, in_lane, matmul, matmul_later,
+                    matmuls, settled, sum_over_parts)
 from .threads import get_num_threads, set_num_threads
 from .tuning import tune_allocator, tuned

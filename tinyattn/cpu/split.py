@@ -8,7 +8,7 @@ parts they are given.
 import math
 
 from ..backend import broadcast_shapes, is_cupy_array, xp_of
-from .threads import get_num_threads, share
+from .threads import Later, get_num_threads, share
 
 # Elementwise work goes in pieces of this many values (512 KiB of float32), so that a chain of in-place passes over
 # one piece finds it in the core's cache instead of streaming the whole array from memory pass after pass. A piece
@@ -114,6 +114,40 @@ def matmuls(*products):
             out[..., rows, :] += bias
     for_each_part(product_rows, parts)
     return outs
+
+
+# Products a helper thread is still writing (matmul_later): id(out) -> (its Later, out). Holding out keeps its id.
+_being_written = {}
+
+
+def matmul_later(a, b):
+    """a @ b into a new array that a helper thread writes when it comes to it, while the calling thread goes on:
+    pass the array through settled() before reading it. A weight's gradient is the use: the backward walk has other
+    work to do before it reads it, much of it on the calling thread alone. GPU arrays, small products and one thread:
+    the product at once."""
+    if is_cupy_array(a) or get_num_threads() <= 1 or math.prod(a.shape) * b.shape[-1] < MIN_SHARED_MATMUL:
+        return a @ b
+    xp = xp_of(a)
+    out = xp.empty(broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]),
+                   dtype=xp.result_type(a, b))
+
+    def write():
+        xp.matmul(a, b, out=out)
+        _being_written.pop(id(out), None)
+    task = Later(write)
+    _being_written[id(out)] = (task, out)   # before the job starts: a quick helper may finish it at once
+    task.start()
+    return out
+
+
+def settled(x):
+    """x once no helper thread is writing it or the array it views (matmul_later); anything else as it is."""
+    if _being_written and x is not None:
+        for array in (x, getattr(x, "base", None)):
+            entry = _being_written.get(id(array))
+            if entry is not None and entry[1] is array:
+                entry[0].wait()
+    return x
 
 
 def for_each_piece(fn, inputs, outputs):

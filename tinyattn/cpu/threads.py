@@ -3,7 +3,14 @@
 NumPy releases the GIL inside its ufunc loops and BLAS calls, so plain Python threads run array code side by side.
 As in PyTorch, set_num_threads(n) (or TINYATTN_NUM_THREADS) picks how many cores tinyattn uses; 1 runs everything
 in the calling thread, exactly as written.
+
+Two kinds of work go to the helpers. share() deals one piece of work out and waits for it all. A Later job is work
+the calling thread does not wait for (a Linear's weight gradient, which nothing reads until the backward walk
+reaches the weight): a helper runs it when no share is waiting, and whoever needs its result first waits for it,
+or runs it if no helper has begun it. While jobs keep the helpers busy, the calling thread does the shares they
+have not begun itself, instead of waiting.
 """
+import collections
 import os
 import queue
 import threading
@@ -11,8 +18,11 @@ import threading
 from . import tuning
 
 _num_threads = None                 # set by set_num_threads; None: $TINYATTN_NUM_THREADS, else one per core
-_tasks = queue.SimpleQueue()        # (work, items, index, done queue) for the helper threads
+_shares = collections.deque()       # (work, items, index, done queue, claim) for the helper threads
+_jobs = collections.deque()         # Later jobs, which the helpers take when no share is waiting
+_wake = queue.SimpleQueue()         # one token per share or job put in either
 _helpers = []
+_outstanding = set()                # Later jobs not yet finished
 _this_thread = threading.local()    # .sharing is True while a thread works on its share (no nested sharing)
 
 
@@ -40,10 +50,18 @@ def get_num_threads():
 
 
 def _helper_loop():
-    """A helper thread: runs shares of work as they come (forever; a daemon thread ends with the process)."""
+    """A helper thread: runs shares as they come, and Later jobs when no share is waiting; a share or job that
+    another thread has taken is passed over (forever; a daemon thread ends with the process)."""
     _this_thread.sharing = True
     while True:
-        work, items, index, done = _tasks.get()
+        _wake.get()
+        try:
+            work, items, index, done, claim = _shares.popleft()
+        except IndexError:              # no share waiting: the token was a job's
+            _jobs.popleft().run()
+            continue
+        if not claim.acquire(blocking=False):
+            continue
         try:
             done.put((index, work(items), None))
         except BaseException as error:  # handed to the caller, which raises it
@@ -83,17 +101,25 @@ def share(work, items):
     _start_helpers(n - 1)
     with tuning.blas_held():
         done = queue.SimpleQueue()
-        shares = _dealt(items, n)
+        shares, claims = _dealt(items, n), [threading.Lock() for _ in range(n)]
         for t in range(1, n):
-            _tasks.put((work, shares[t], t, done))
-        results = [None] * n
+            _shares.append((work, shares[t], t, done, claims[t]))
+            _wake.put(None)
+        results, errors, waiting = [None] * n, [], n - 1
         _this_thread.sharing = True
         try:
             results[0] = work(shares[0])
+            # While Later jobs keep the helpers busy, the shares no helper has begun are done here
+            for t in range(1, n):
+                if _outstanding and claims[t].acquire(blocking=False):
+                    waiting -= 1
+                    try:
+                        results[t] = work(shares[t])
+                    except BaseException as error:
+                        errors.append(error)
         finally:
             _this_thread.sharing = False
-            errors = []
-            for _ in range(1, n):           # wait for every helper, even after an error here
+            for _ in range(waiting):        # wait for every helper, even after an error here
                 index, result, error = done.get()
                 results[index] = result
                 errors.append(error)
@@ -101,3 +127,43 @@ def share(work, items):
         if error is not None:
             raise error
     return results
+
+
+class Later:
+    """A job that a helper thread runs when it comes to it, while the thread that started it goes on."""
+
+    def __init__(self, job):
+        self._job, self._claim, self._done, self._error = job, threading.Lock(), threading.Event(), None
+
+    def run(self):
+        """Run the job here, unless another thread has begun it; True when this call ran it."""
+        if not self._claim.acquire(blocking=False):
+            return False
+        try:
+            with tuning.blas_held():
+                self._job()
+        except BaseException as error:   # raised by wait()
+            self._error = error
+        finally:
+            _outstanding.discard(self)
+            self._done.set()
+        return True
+
+    def wait(self):
+        """Return once the job is done: run it here if no helper has begun it, else wait for the helper. Raises the
+        job's error, if it had one."""
+        if not self.run():
+            self._done.wait()
+        if self._error is not None:
+            raise self._error
+
+    def start(self):
+        """Hand the job to the helper threads; with one thread, or inside a share of work, run it now. Returns self."""
+        if get_num_threads() <= 1 or getattr(_this_thread, "sharing", False):
+            self.run()
+            return self
+        _start_helpers(get_num_threads() - 1)
+        _outstanding.add(self)
+        _jobs.append(self)
+        _wake.put(None)
+        return self

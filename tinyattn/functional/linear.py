@@ -27,7 +27,11 @@ class ReferenceLinear(Function):
 @cpu.tuned
 class FastLinear(Function):
     """One 2-D product over all rows (faster than the stacked product NumPy runs for a 3-D input), its rows shared
-    among the CPU threads, the bias added to each part in cache; the bias gradient as ones @ rows."""
+    among the CPU threads, the bias added to each part in cache; the bias gradient as ones @ rows.
+
+    Backward shares dx's rows among the threads and leaves dW to a helper thread (cpu.matmul_later): nothing needs
+    dW until the walk reaches the weight, and meanwhile the calling thread goes on with the layers below, much of
+    whose work (LayerNorm, Python) it does alone. The backward walk reads dW through cpu.settled."""
 
     @staticmethod
     def forward(ctx, x, weight, bias):
@@ -41,10 +45,8 @@ class FastLinear(Function):
         rows, weight = ctx.saved_tensors
         grad = _rows(grad)
         need_x, need_w, need_b = ctx.needs_input_grad
-        # dW = dy^T x and dx = dy W in one hand-off. The calling thread starts at once and a helper some tens of
-        # microseconds later, so the caller takes dW, which reads dy transposed and runs a few percent slower.
-        grad_w, grad_x = cpu.matmuls((grad.T, rows) if need_w else None, (grad, weight) if need_x else None)
-        grad_x = None if grad_x is None else grad_x.reshape(ctx.x_shape)
+        grad_w = cpu.matmul_later(grad.T, rows) if need_w else None
+        grad_x = cpu.matmul(grad, weight).reshape(ctx.x_shape) if need_x else None
         grad_b = cpu.leading_axes_sum(grad) if need_b else None
         return grad_x, grad_w, grad_b
 
