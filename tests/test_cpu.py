@@ -16,13 +16,14 @@ cpu_only = pytest.mark.skipif(ta.get_default_device() != "cpu", reason="threads 
 
 
 @pytest.fixture
-def thread_count():
-    """Set tinyattn's thread count for one test, with small cache pieces so that small arrays still come in many."""
-    before, piece = threads.get_num_threads(), split.CACHE_PIECE
-    split.CACHE_PIECE = 37
+def thread_count(monkeypatch):
+    """Set tinyattn's thread count for one test, with small cache pieces so that small arrays still come in many,
+    and small products and attention still shared among the threads."""
+    before = threads.get_num_threads()
+    monkeypatch.setattr(split, "CACHE_PIECE", 37)
+    monkeypatch.setattr(split, "MIN_SHARED_MATMUL", 1)
     yield threads.set_num_threads
     threads.set_num_threads(before)
-    split.CACHE_PIECE = piece
 
 
 @cpu_only
@@ -91,10 +92,8 @@ def test_a_later_job_runs_once_on_the_thread_that_comes_to_it_first(thread_count
 
 @cpu_only
 @pytest.mark.parametrize("helper_busy", [False, True])
-def test_matmul_later_is_the_product_once_settled_through_the_array_or_a_view(thread_count, monkeypatch,
-                                                                              helper_busy):
+def test_matmul_later_is_the_product_once_settled_through_the_array_or_a_view(thread_count, helper_busy):
     thread_count(2)
-    monkeypatch.setattr(split, "MIN_SHARED_MATMUL", 1)
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((64, 48)).astype(np.float32), rng.standard_normal((48, 32)).astype(np.float32)
     with ta.cpu.tuning.blas_held():
@@ -113,11 +112,10 @@ def test_matmul_later_is_the_product_once_settled_through_the_array_or_a_view(th
 
 @cpu_only
 @pytest.mark.parametrize("helper_busy", [False, True])
-def test_the_backward_walk_reads_a_linear_weights_gradient_only_once_written(thread_count, monkeypatch, helper_busy):
+def test_the_backward_walk_reads_a_linear_weights_gradient_only_once_written(thread_count, helper_busy):
     """FastLinear leaves dW to a helper thread; the walk settles it wherever it reads it: a weight used twice (two
     dW added), a weight computed from a parameter (its dW goes on into Mul's backward) and a leaf's .grad."""
     thread_count(2)
-    monkeypatch.setattr(split, "MIN_SHARED_MATMUL", 1)
     rng = np.random.default_rng(1)
     x, y = (ta.tensor(rng.standard_normal((2, 5, 24))) for _ in range(2))
     shared, scaled = (ta.tensor(rng.standard_normal((16, 24)), requires_grad=True) for _ in range(2))
@@ -160,6 +158,7 @@ def test_matmul_shared_by_rows_matches_numpy(thread_count, a_shape, b_shape):
 @pytest.mark.parametrize("count", [1, 2, 3, 4])
 def test_matmuls_runs_several_products_in_one_hand_off(thread_count, count, monkeypatch):
     thread_count(count)
+    monkeypatch.setattr(split, "MIN_SHARED_MATMUL", 2 ** 21)        # the library's: the small product is not shared
     handoffs, share = [], threads.share
 
     def counted_share(work, items):
@@ -287,6 +286,14 @@ def test_attention_parts_leave_out_the_keys_a_boolean_mask_hides(monkeypatch, th
     assert [p.seen.stop for p in split.attention_parts((4, 2), 10, 10, padding, padding)] == [6, 10]
     float_mask = np.zeros((10, 10))
     assert all(p.seen.stop is None for p in split.attention_parts((3, 2), 10, 10, float_mask, float_mask))
+    # work under MIN_SHARED_MATMUL multiply-adds: one part, on the calling thread, still without the hidden keys
+    monkeypatch.setattr(split, "MIN_SHARED_MATMUL", 4 * 2 * 10 * 10 * 10 + 1)
+    padding[2:, ..., 8:] = False
+    assert [(p.rows, p.seen.stop) for p in split.attention_parts((4, 2), 10, 10, padding, padding)] == \
+        [(slice(None), 8)]
+    assert len(split.attention_parts((4, 2), 10, 10, padding[..., :9], padding[..., :9])) == 1
+    monkeypatch.setattr(split, "MIN_SHARED_MATMUL", 4 * 2 * 10 * 10 * 10)
+    assert len(split.attention_parts((4, 2), 10, 10, padding, padding)) == 2
 
 
 @cpu_only

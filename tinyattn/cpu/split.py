@@ -232,7 +232,8 @@ def _keys_seen(mask):
 def attention_parts(batch_shape, n_rows, n_keys, like, mask=None):
     """Attention's independent parts of work. Along the first batch axis where there is one: as few entries per
     part as keep a part's scores near SCORES_PER_PART (in cache), but no more parts than the threads need when the
-    work is small (each part costs Python time). Else the query rows, cut among the threads. On the GPU, one part.
+    work is small (each part costs Python time). Else the query rows, cut among the threads. On the GPU, and for
+    work under MIN_SHARED_MATMUL multiply-adds (a small model's: a hand-off would cost more), one part.
 
     With a boolean mask, each part leaves out the keys its rows may not see; where that differs from row to row (a
     causal mask), the query rows come in blocks of MASKED_ROWS, and each block computes only the scores up to the last
@@ -241,6 +242,10 @@ def attention_parts(batch_shape, n_rows, n_keys, like, mask=None):
     whole, batch_ndim = slice(None), len(batch_shape)
     if is_cupy_array(like):
         return [AttentionPart(whole, whole, batch_ndim, n_rows)]
+    if math.prod(batch_shape) * n_rows * n_keys * like.shape[-1] < MIN_SHARED_MATMUL:    # not worth a hand-off
+        part = AttentionPart(whole, whole, batch_ndim, n_rows)
+        return [part if mask is None or mask.dtype != bool else
+                AttentionPart(whole, whole, batch_ndim, n_rows, _keys_seen(part.queries(mask)))]
     if batch_shape and batch_shape[0] > 1:
         scores_per_entry = max(1, math.prod(batch_shape[1:]) * n_rows * n_keys)
         per_part = min(-(-batch_shape[0] // get_num_threads()), max(1, SCORES_PER_PART // scores_per_entry))
