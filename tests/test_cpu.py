@@ -156,7 +156,8 @@ def test_matmul_shared_by_rows_matches_numpy(thread_count, a_shape, b_shape):
 
 @cpu_only
 @pytest.mark.parametrize("count", [1, 2, 3, 4])
-def test_matmuls_runs_several_products_in_one_hand_off(thread_count, count, monkeypatch):
+def test_matmul_cuts_a_large_product_once_among_the_threads_and_leaves_a_small_one_whole(thread_count, count,
+                                                                                         monkeypatch):
     thread_count(count)
     monkeypatch.setattr(split, "MIN_SHARED_MATMUL", 2 ** 21)        # the library's: the small product is not shared
     handoffs, share = [], threads.share
@@ -167,13 +168,10 @@ def test_matmuls_runs_several_products_in_one_hand_off(thread_count, count, monk
         return share(work, items)
     monkeypatch.setattr(split, "share", counted_share)
     rng = np.random.default_rng(2)
-    a, b, c, d = (rng.standard_normal(s) for s in ((400, 300), (300, 60), (60, 400), (400, 300)))
-    small, bias = rng.standard_normal((2, 3)), rng.standard_normal(300)
-    products = cpu.matmuls((a, b), None, (c, d, bias), (small, b[:3]))
-    assert products[1] is None
-    for got, want in zip(products[::2] + products[3:], (a @ b, c @ d + bias, small @ b[:3])):
-        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
-    assert handoffs == [2 * max(1, count // 2)]             # one hand-off; the small product runs where it is
+    a, b, bias, small = (rng.standard_normal(s) for s in ((400, 300), (300, 60), 60, (2, 3)))
+    np.testing.assert_allclose(cpu.matmul(a, b, bias), a @ b + bias, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(cpu.matmul(small, b[:3]), small @ b[:3], rtol=1e-12, atol=1e-12)
+    assert handoffs == [count]                      # one hand-off, a slice of rows per thread; the small one: none
 
 
 def test_row_sums_by_blas_keep_the_dtype_and_their_ones_cannot_be_changed():

@@ -77,7 +77,16 @@ def sum_over_parts(work, parts, new_totals, group=None):
 def matmul(a, b, bias=None):
     """a @ b (+ bias, added to every row) with a's rows (axis -2) shared among the threads, b whole; small products
     and GPU arrays as they are. Each thread adds the bias to its rows while they are still in cache."""
-    return matmuls((a, b, bias))[0]
+    if not _worth_sharing(a, b):
+        return a @ b if bias is None else a @ b + bias
+    out = _empty_product(a, b)
+
+    def product_rows(rows):
+        xp_of(a).matmul(a[..., rows, :], b, out=out[..., rows, :])
+        if bias is not None:
+            out[..., rows, :] += bias
+    for_each_part(product_rows, one_slice_per_thread(a.shape[-2]))
+    return out
 
 
 def _worth_sharing(a, b):
@@ -85,35 +94,11 @@ def _worth_sharing(a, b):
                 or math.prod(a.shape) * b.shape[-1] < MIN_SHARED_MATMUL)
 
 
-def matmuls(*products):
-    """[a @ b (+ bias) for each (a, b) or (a, b, bias) in products] (None for a product given as None), all in one
-    hand-off to the threads: each shared product's rows are cut into (threads / products) slices, so two products on
-    two threads run whole, one on each thread (BLAS at full size, one wait instead of two), the first one on the
-    calling thread. Small products and GPU arrays run as they are."""
-    products = [None if p is None else (p[0], p[1], p[2] if len(p) > 2 else None) for p in products]
-    shared = {i for i, p in enumerate(products) if p is not None and _worth_sharing(p[0], p[1])}
-    slices_each = max(1, get_num_threads() // max(1, len(shared)))
-    outs, parts = [], []
-    for i, product in enumerate(products):
-        if product is None:
-            outs.append(None)
-        elif i in shared:                   # an empty result now, its slices filled by the threads below
-            a, b, bias = product
-            xp, rows = xp_of(a), a.shape[-2]
-            outs.append(xp.empty(broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (rows, b.shape[-1]),
-                                 dtype=xp.result_type(a, b)))
-            parts += [(a, b, bias, outs[i], part) for part in slices(rows, -(-rows // slices_each))]
-        else:
-            a, b, bias = product
-            outs.append(a @ b if bias is None else a @ b + bias)
-
-    def product_rows(part):
-        a, b, bias, out, rows = part
-        xp_of(a).matmul(a[..., rows, :], b, out=out[..., rows, :])
-        if bias is not None:
-            out[..., rows, :] += bias
-    for_each_part(product_rows, parts)
-    return outs
+def _empty_product(a, b):
+    """A new array for a @ b to be written into."""
+    xp = xp_of(a)
+    return xp.empty(broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]),
+                    dtype=xp.result_type(a, b))
 
 
 # Products a helper thread is still writing (matmul_later): id(out) -> (its Later, out). Holding out keeps its id.
@@ -125,14 +110,12 @@ def matmul_later(a, b):
     pass the array through settled() before reading it. A weight's gradient is the use: the backward walk has other
     work to do before it reads it, much of it on the calling thread alone. GPU arrays, small products and one thread:
     the product at once."""
-    if is_cupy_array(a) or get_num_threads() <= 1 or math.prod(a.shape) * b.shape[-1] < MIN_SHARED_MATMUL:
+    if get_num_threads() <= 1 or not _worth_sharing(a, b):
         return a @ b
-    xp = xp_of(a)
-    out = xp.empty(broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]),
-                   dtype=xp.result_type(a, b))
+    out = _empty_product(a, b)
 
     def write():
-        xp.matmul(a, b, out=out)
+        xp_of(a).matmul(a, b, out=out)
         _being_written.pop(id(out), None)
     task = Later(write)
     _being_written[id(out)] = (task, out)   # before the job starts: a quick helper may finish it at once
