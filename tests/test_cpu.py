@@ -1,5 +1,6 @@
 """The CPU layer (tinyattn/cpu): sharing work among threads, cutting it into parts and pieces, BLAS held only while
 tinyattn's fast code runs, and the fast Functions giving the same answers on one thread or several."""
+import contextlib
 import threading
 
 import numpy as np
@@ -58,12 +59,17 @@ def test_share_inside_a_share_runs_on_the_same_thread(thread_count):
     assert inner == [[6], [6]]
 
 
+@contextlib.contextmanager
 def _busy_helper():
-    """Keep the one helper thread busy with a Later job until the returned event is set."""
+    """A helper thread busy with a Later job for the block (on two threads one job runs at a time)."""
     started, release = threading.Event(), threading.Event()
     job = threads.Later(lambda: (started.set(), release.wait(10))).start()
-    assert started.wait(10)
-    return job, release
+    try:
+        assert started.wait(10)
+        yield
+    finally:
+        release.set()
+        job.wait()
 
 
 @cpu_only
@@ -74,40 +80,93 @@ def test_a_later_job_runs_once_on_the_thread_that_comes_to_it_first(thread_count
     job.wait()
     job.wait()                                      # waiting again neither runs it again nor blocks
     assert len(ran) == 1
-    busy, release = _busy_helper()
-    job = threads.Later(lambda: ran.append(threading.get_ident())).start()
-    job.wait()                                      # no helper has begun it: the waiting thread runs it
-    assert ran[-1] == threading.get_ident() and len(ran) == 2
-    # shares that the busy helper has not begun are done by the calling thread, each result in its place
-    assert threads.share(lambda items: (list(items), threading.get_ident()), range(4)) == \
-        [([0, 3], threading.get_ident()), ([1, 2], threading.get_ident())]
-    release.set()
-    busy.wait()
+    with _busy_helper():
+        job = threads.Later(lambda: ran.append(threading.get_ident())).start()
+        job.wait()                                  # no helper has begun it: the waiting thread runs it
+        assert ran[-1] == threading.get_ident() and len(ran) == 2
+        # shares that the busy helper has not begun are done by the calling thread, each result in its place
+        assert threads.share(lambda items: (list(items), threading.get_ident()), range(4)) == \
+            [([0, 3], threading.get_ident()), ([1, 2], threading.get_ident())]
     with pytest.raises(ZeroDivisionError):
         threads.Later(lambda: 1 / 0).start().wait()
     thread_count(1)
-    job = threads.Later(lambda: ran.append(threading.get_ident())).start()    # one thread: run at once
+    threads.Later(lambda: ran.append(threading.get_ident())).start()             # one thread: run at once
     assert ran[-1] == threading.get_ident() and len(ran) == 3
 
 
 @cpu_only
-@pytest.mark.parametrize("helper_busy", [False, True])
-def test_matmul_later_is_the_product_once_settled_through_the_array_or_a_view(thread_count, helper_busy):
+def test_waiting_for_a_later_job_a_helper_has_begun_waits_until_it_is_done(thread_count):
+    thread_count(2)
+    started, release, finished = threading.Event(), threading.Event(), []
+    job = threads.Later(lambda: (started.set(), release.wait(10), finished.append(True))).start()
+    assert started.wait(10)
+    waiter = threading.Thread(target=job.wait)
+    waiter.start()
+    waiter.join(0.2)
+    assert waiter.is_alive() and not finished      # the helper is inside the job: wait() must not return yet
+    release.set()
+    waiter.join(10)
+    assert not waiter.is_alive() and finished
+
+
+class _SlowNumpy:
+    """numpy, whose matmul waits to be let go once it has begun (a helper caught in the middle of a product)."""
+
+    def __init__(self):
+        self.begun, self.release = threading.Event(), threading.Event()
+
+    def matmul(self, a, b, out):
+        self.begun.set()
+        assert self.release.wait(10)
+        return np.matmul(a, b, out=out)
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+
+@cpu_only
+@pytest.mark.parametrize("helper", ["free", "busy", "in the middle of it"])
+def test_matmul_later_is_the_product_once_settled_through_the_array_or_a_view(thread_count, monkeypatch, helper):
     thread_count(2)
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((64, 48)).astype(np.float32), rng.standard_normal((48, 32)).astype(np.float32)
     with ta.cpu.tuning.blas_held():
         expected = a @ b
-    busy, release = _busy_helper() if helper_busy else (None, None)
-    out = cpu.matmul_later(a, b)
-    if helper_busy:
-        assert id(out) in split._being_written      # queued behind the busy helper's job: not written yet
-    np.testing.assert_array_equal(cpu.settled(out.T).T, expected)
+        np.testing.assert_array_equal(cpu.matmul_later(a, b), expected)     # outside a backward walk: at once
     assert not split._being_written
-    if helper_busy:
-        release.set()
-        busy.wait()
+    slow = _SlowNumpy()
+    if helper == "in the middle of it":
+        monkeypatch.setattr(split, "xp_of", lambda _: slow)
+    with cpu.backward_walk(), (_busy_helper() if helper == "busy" else contextlib.nullcontext()):
+        out = cpu.matmul_later(a, b)
+        if helper == "busy":
+            assert id(out) in split._being_written      # queued behind the busy helper's job: not written yet
+        if helper == "in the middle of it":
+            assert slow.begun.wait(10)
+            got = []
+            reader = threading.Thread(target=lambda: got.append(cpu.settled(out.T).T.copy()))
+            reader.start()
+            reader.join(0.2)
+            assert reader.is_alive()                     # settled waits for the helper to finish writing
+            slow.release.set()
+            reader.join(10)
+            np.testing.assert_array_equal(got[0], expected)
+        np.testing.assert_array_equal(cpu.settled(out.T).T, expected)
+    assert not split._being_written
     assert cpu.settled(None) is None and cpu.settled(3.0) == 3.0
+
+
+@cpu_only
+def test_blas_is_held_from_the_first_product_left_to_a_helper_to_the_end_of_the_walk(thread_count):
+    from threadpoolctl import threadpool_limits
+    thread_count(2)
+    a = np.ones((64, 48), dtype=np.float32)
+    with threadpool_limits(2, user_api="blas"):
+        with cpu.backward_walk():
+            assert set(_blas_threads()) == {2}
+            cpu.settled(cpu.matmul_later(a, a.T))
+            assert set(_blas_threads()) == {1}             # a plain Function's product in the walk: one thread too
+        assert set(_blas_threads()) == {2}
 
 
 @cpu_only
@@ -123,11 +182,8 @@ def test_the_backward_walk_reads_a_linear_weights_gradient_only_once_written(thr
     def grads():
         shared.grad = scaled.grad = None
         loss = (F.linear(x, shared) * F.linear(y, shared)).sum() + (F.linear(x, scaled * 3.0) ** 2).sum()
-        busy, release = _busy_helper() if helper_busy else (None, None)
-        loss.backward()
-        if helper_busy:
-            release.set()
-            busy.wait()
+        with _busy_helper() if helper_busy else contextlib.nullcontext():
+            loss.backward()
         assert not split._being_written
         return host(shared.grad), host(scaled.grad)
     fast = grads()

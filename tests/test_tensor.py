@@ -54,6 +54,28 @@ def test_grads_accumulate_across_backward_calls_until_zeroed():
     np.testing.assert_allclose(host(x.grad), [3.0, 3.0])
 
 
+@pytest.mark.skipif(ta.get_default_device() != "cpu", reason="CuPy arrays cannot be made read-only")
+def test_a_backward_that_writes_into_the_gradient_it_was_given_is_stopped():
+    """Add hands one array to both its inputs, so a backward that changes its grad in place would change the other
+    input's gradient too (and a helper thread may still be reading it): the walk gives each backward a read-only
+    view, and the error names the Function."""
+    class HalveInPlace(Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 0.5
+
+        @staticmethod
+        def backward(ctx, grad):
+            grad *= 0.5
+            return grad
+    x = ta.tensor([1.0, 2.0], requires_grad=True)
+    with pytest.raises(RuntimeError, match="HalveInPlace.backward wrote into a read-only array"):
+        (HalveInPlace.apply(x) + x).sum().backward()
+    gradient = np.ones(2, dtype=np.float32)
+    (x * 2).backward(gradient)
+    gradient[0] = 5.0                                           # the caller's own array stays writable
+
+
 def test_second_backward_through_freed_graph_raises_unless_retained():
     x = ta.tensor([1.0, 2.0], requires_grad=True)
     y = (x.exp() * x).sum()

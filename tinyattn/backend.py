@@ -100,6 +100,16 @@ def is_array(value):
     return isinstance(value, numpy.ndarray) or is_cupy_array(value)
 
 
+def read_only(array):
+    """A view of a NumPy array that refuses writes (array itself stays writable); anything else as it is: CuPy
+    arrays have no such flag."""
+    if not isinstance(array, numpy.ndarray):
+        return array
+    view = array.view()
+    view.flags.writeable = False
+    return view
+
+
 def xp_of(array):
     """The array module an array belongs to (numpy for Python scalars too)."""
     return _load_cupy() if is_cupy_array(array) else numpy

@@ -109,7 +109,15 @@ class Node:
     def input_gradients(self, grad):
         """(edge, gradient) for every input that wants one, each reduced to that input's shape and dtype."""
         self._check_saved_arrays()
-        grads = self.function.backward(self.ctx, grad)
+        try:
+            grads = self.function.backward(self.ctx, backend.read_only(grad))
+        except ValueError as error:
+            if "read-only" not in str(error):
+                raise
+            raise RuntimeError(
+                f"{self.function.__name__}.backward wrote into a read-only array, most likely the gradient it was "
+                "given: a backward must leave its grad as it is (the same array may be another input's gradient, "
+                "and a helper thread may still be reading it). Compute into a new array instead.") from error
         grads = grads if isinstance(grads, tuple) else (grads,)
         if len(grads) != len(self.inputs):
             raise RuntimeError(f"{self.function.__name__}.backward returned {len(grads)} gradients "
@@ -340,27 +348,28 @@ class Tensor:
                                             for t in ((inputs,) if isinstance(inputs, Tensor) else inputs)}
         start = self._node or self
         pending = {id(start): _output_gradient(self, gradient)}  # gradients not yet passed on, by node or leaf
-        for step in reversed(_topological_order(start)):
-            # A gradient may still be being written: a fast Linear leaves its weight's to a helper thread. The walk
-            # reads every gradient through cpu.settled, which waits for it.
-            grad = cpu.settled(pending.pop(id(step), None))
-            if grad is None:
-                continue
-            is_leaf = type(step) is not Node
-            keeper = step if is_leaf else step.retained and step.retained()   # the tensor whose .grad this is
-            if only is not None:
-                if id(step) in only:
-                    only[id(step)]._accumulate_grad(grad)
-            elif keeper is not None:
-                keeper._accumulate_grad(grad)
-            if is_leaf:
-                continue
-            for edge, edge_grad in step.input_gradients(grad):
-                # Out of place: a backward may hand the same array to several inputs.
-                pending[id(edge)] = (edge_grad if id(edge) not in pending
-                                     else cpu.settled(pending[id(edge)]) + cpu.settled(edge_grad))
-            if not retain_graph:
-                step.release()
+        # In the walk a fast Linear leaves its weight's gradient to a helper thread (cpu.backward_walk): the walk
+        # reads every gradient through cpu.settled, which waits for one still being written.
+        with cpu.backward_walk():
+            for step in reversed(_topological_order(start)):
+                grad = cpu.settled(pending.pop(id(step), None))
+                if grad is None:
+                    continue
+                is_leaf = type(step) is not Node
+                keeper = step if is_leaf else step.retained and step.retained()   # the tensor whose .grad this is
+                if only is not None:
+                    if id(step) in only:
+                        only[id(step)]._accumulate_grad(grad)
+                elif keeper is not None:
+                    keeper._accumulate_grad(grad)
+                if is_leaf:
+                    continue
+                for edge, edge_grad in step.input_gradients(grad):
+                    # Out of place: a backward may hand the same array to several inputs.
+                    pending[id(edge)] = (edge_grad if id(edge) not in pending
+                                         else cpu.settled(pending[id(edge)]) + cpu.settled(edge_grad))
+                if not retain_graph:
+                    step.release()
 
     def _accumulate_grad(self, grad):
         if self.grad is None:
@@ -417,9 +426,9 @@ def _sum_to_shape(grad, parent, index, node):
                                f"for its input {index} of shape {shape}: it must have that shape or broadcast to it")
         axes = tuple(range(extra)) + tuple(extra + i for i, size in enumerate(shape)
                                            if size == 1 and grad.shape[extra + i] != 1)
-        grad = cpu.settled(grad).sum(axis=axes, keepdims=True).reshape(shape)
+        grad = grad.sum(axis=axes, keepdims=True).reshape(shape)
     dtype = parent.array.dtype
-    return grad if grad.dtype == dtype else cpu.settled(grad).astype(dtype)
+    return grad if grad.dtype == dtype else grad.astype(dtype)
 
 
 class Function:

@@ -6,9 +6,11 @@ whole, in the calling thread: the GPU has its own parallelism. for_each_part and
 parts they are given.
 """
 import math
+import threading
 
 from ..backend import broadcast_shapes, is_cupy_array, xp_of
 from .threads import Later, get_num_threads, share
+from .tuning import blas_held
 
 # Elementwise work goes in pieces of this many values (512 KiB of float32), so that a chain of in-place passes over
 # one piece finds it in the core's cache instead of streaming the whole array from memory pass after pass. A piece
@@ -103,20 +105,48 @@ def _empty_product(a, b):
 
 # Products a helper thread is still writing (matmul_later): id(out) -> (its Later, out). Holding out keeps its id.
 _being_written = {}
+_this_thread = threading.local()        # .walk: the backward_walk this thread is in, if any
+
+
+class backward_walk:
+    """`with backward_walk():` the scope of the backward walk, in which matmul_later may leave products to a helper.
+
+    From the first product it leaves to the end of the walk, BLAS is held to one thread, as inside a fast Function:
+    a helper holds it while it writes, and every product of the walk, a plain Function's too, then runs on one BLAS
+    thread, whatever the helper is doing at that moment (with OpenBLAS's AVX2 kernel, results would otherwise
+    differ in their last bits from run to run). Outside a walk matmul_later is a @ b, so a Function's backward
+    called on its own returns finished arrays."""
+
+    def __enter__(self):
+        self.outer, self.hold = getattr(_this_thread, "walk", None), None
+        _this_thread.walk = self
+        return self
+
+    def __exit__(self, *exception):
+        _this_thread.walk = self.outer
+        if self.hold is not None:
+            self.hold.__exit__(*exception)
 
 
 def matmul_later(a, b):
-    """a @ b into a new array that a helper thread writes when it comes to it, while the calling thread goes on:
-    pass the array through settled() before reading it. A weight's gradient is the use: the backward walk has other
-    work to do before it reads it, much of it on the calling thread alone. GPU arrays, small products and one thread:
-    the product at once."""
-    if get_num_threads() <= 1 or not _worth_sharing(a, b):
+    """a @ b into a new array that a helper thread writes when it comes to it, while the calling thread goes on
+    with the backward walk (backward_walk): pass the array through settled() before reading it. A weight's gradient
+    is the use: the walk has other work to do before it reads it, much of it on the calling thread alone. Outside a
+    walk, on one thread, for GPU arrays and small products: the product at once. The product must be the gradient
+    as it is (the walk reads a gradient's shape and dtype at once, and reduces or casts one that differs)."""
+    walk = getattr(_this_thread, "walk", None)
+    if walk is None or get_num_threads() <= 1 or not _worth_sharing(a, b):
         return a @ b
+    if walk.hold is None:
+        walk.hold = blas_held()
+        walk.hold.__enter__()
     out = _empty_product(a, b)
 
     def write():
-        xp_of(a).matmul(a, b, out=out)
-        _being_written.pop(id(out), None)
+        try:
+            xp_of(a).matmul(a, b, out=out)
+        finally:
+            _being_written.pop(id(out), None)
     task = Later(write)
     _being_written[id(out)] = (task, out)   # before the job starts: a quick helper may finish it at once
     task.start()

@@ -4,11 +4,11 @@ NumPy releases the GIL inside its ufunc loops and BLAS calls, so plain Python th
 As in PyTorch, set_num_threads(n) (or TINYATTN_NUM_THREADS) picks how many cores tinyattn uses; 1 runs everything
 in the calling thread, exactly as written.
 
-Two kinds of work go to the helpers. share() deals one piece of work out and waits for it all. A Later job is work
-the calling thread does not wait for (a Linear's weight gradient, which nothing reads until the backward walk
-reaches the weight): a helper runs it when no share is waiting, and whoever needs its result first waits for it,
-or runs it if no helper has begun it. While jobs keep the helpers busy, the calling thread does the shares they
-have not begun itself, instead of waiting.
+Two kinds of work go to the helpers, through one queue. share() deals one piece of work out and waits for it all.
+A Later job is work the calling thread does not wait for (a Linear's weight gradient, which nothing reads until the
+backward walk reaches the weight): a helper runs it when no share is waiting, and whoever needs its result first
+waits for it, or runs it if no helper has begun it. While jobs are unfinished, the calling thread does the shares no
+helper has begun itself, instead of waiting for a helper that may be busy with a job.
 """
 import collections
 import os
@@ -18,11 +18,10 @@ import threading
 from . import tuning
 
 _num_threads = None                 # set by set_num_threads; None: $TINYATTN_NUM_THREADS, else one per core
-_shares = collections.deque()       # (work, items, index, done queue, claim) for the helper threads
-_jobs = collections.deque()         # Later jobs, which the helpers take when no share is waiting
-_wake = queue.SimpleQueue()         # one token per share or job put in either
+_tasks = queue.SimpleQueue()        # shares, as (work, items, index, done queue, claim), and Later jobs, for the helpers
 _helpers = []
 _outstanding = set()                # Later jobs not yet finished
+_running_jobs = set()               # Later jobs a helper runs now
 _this_thread = threading.local()    # .sharing is True while a thread works on its share (no nested sharing)
 
 
@@ -50,16 +49,27 @@ def get_num_threads():
 
 
 def _helper_loop():
-    """A helper thread: runs shares as they come, and Later jobs when no share is waiting; a share or job that
-    another thread has taken is passed over (forever; a daemon thread ends with the process)."""
+    """A helper thread: runs shares as they come, and the Later jobs it has taken when no share is waiting and fewer
+    jobs run than set_num_threads leaves it room for; a share or job another thread has begun is passed over (forever;
+    a daemon thread ends with the process)."""
     _this_thread.sharing = True
+    jobs = collections.deque()          # jobs this helper took from the queue and has not run
     while True:
-        _wake.get()
+        room = jobs and len(_running_jobs) < get_num_threads() - 1
         try:
-            work, items, index, done, claim = _shares.popleft()
-        except IndexError:              # no share waiting: the token was a job's
-            _jobs.popleft().run()
+            task = _tasks.get(block=not room)
+        except queue.Empty:             # no share waiting: a job
+            job = jobs.popleft()
+            _running_jobs.add(job)
+            try:
+                job.run()
+            finally:
+                _running_jobs.discard(job)
             continue
+        if isinstance(task, Later):
+            jobs.append(task)
+            continue
+        work, items, index, done, claim = task
         if not claim.acquire(blocking=False):
             continue
         try:
@@ -92,7 +102,8 @@ def share(work, items):
 
     The calling thread does the first share itself while helper threads do the others: each call costs a hand-off
     through a queue (tens of microseconds), not a Future per share. BLAS is held to one thread meanwhile, so that
-    the threads do not each start BLAS threads of their own.
+    the threads do not each start BLAS threads of their own. While any Later job is unfinished (a helper may be
+    busy with one), the calling thread then does the shares no helper has begun itself, instead of waiting for them.
     """
     items = list(items)
     n = min(get_num_threads(), len(items))
@@ -101,15 +112,13 @@ def share(work, items):
     _start_helpers(n - 1)
     with tuning.blas_held():
         done = queue.SimpleQueue()
-        shares, claims = _dealt(items, n), [threading.Lock() for _ in range(n)]
+        shares, claims = _dealt(items, n), [threading.Lock() for _ in range(n)]      # claims[t]: share t begun
         for t in range(1, n):
-            _shares.append((work, shares[t], t, done, claims[t]))
-            _wake.put(None)
+            _tasks.put((work, shares[t], t, done, claims[t]))
         results, errors, waiting = [None] * n, [], n - 1
         _this_thread.sharing = True
         try:
             results[0] = work(shares[0])
-            # While Later jobs keep the helpers busy, the shares no helper has begun are done here
             for t in range(1, n):
                 if _outstanding and claims[t].acquire(blocking=False):
                     waiting -= 1
@@ -117,6 +126,11 @@ def share(work, items):
                         results[t] = work(shares[t])
                     except BaseException as error:
                         errors.append(error)
+        except BaseException:
+            for t in range(1, n):           # after an error here, the shares no helper has begun are not begun
+                if claims[t].acquire(blocking=False):
+                    waiting -= 1
+            raise
         finally:
             _this_thread.sharing = False
             for _ in range(waiting):        # wait for every helper, even after an error here
@@ -145,6 +159,7 @@ class Later:
         except BaseException as error:   # raised by wait()
             self._error = error
         finally:
+            self._job = None             # let go of what it read and wrote: a helper may hold this Later a while
             _outstanding.discard(self)
             self._done.set()
         return True
@@ -164,6 +179,5 @@ class Later:
             return self
         _start_helpers(get_num_threads() - 1)
         _outstanding.add(self)
-        _jobs.append(self)
-        _wake.put(None)
+        _tasks.put(self)
         return self
