@@ -2,6 +2,7 @@
 tinyattn's fast code runs, and the fast Functions giving the same answers on one thread or several."""
 import contextlib
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -107,6 +108,29 @@ def test_waiting_for_a_later_job_a_helper_has_begun_waits_until_it_is_done(threa
     release.set()
     waiter.join(10)
     assert not waiter.is_alive() and finished
+
+
+@cpu_only
+def test_no_more_later_jobs_run_at_once_than_the_thread_count_leaves_room_for(thread_count):
+    thread_count(4)
+    threads.share(lambda items: items, range(4))            # three helpers started
+    thread_count(2)                                         # one may run a job now, whatever helpers exist
+    running, most, lock = [0], [0], threading.Lock()
+
+    def job():
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.02)
+        with lock:
+            running[0] -= 1
+    jobs = []
+    for _ in range(4):                                      # one by one, while the first still runs
+        jobs.append(threads.Later(job).start())
+        time.sleep(0.004)
+    for j in jobs:
+        j.wait()
+    assert most[0] == 1
 
 
 class _SlowNumpy:
