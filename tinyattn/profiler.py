@@ -13,6 +13,8 @@ work the CPU layer hands to tinyattn's threads (cpu.split's share); leaving the 
 Times are exclusive: a Function called inside another counts only for itself. What is in no Function at all (the
 modules' Python, the backward walk, the optimizer's Python) is the step's time less everything above. Wall-clock
 times in one thread, so a profiled step runs a few percent slower than an unprofiled one; compare rows, not runs.
+A helper's Later jobs (a Linear's dW) are not timed: they run beside the calling thread, and a wait for one (the
+walk reading dW before a helper has written it) counts in no Function.
 """
 import contextlib
 import threading
