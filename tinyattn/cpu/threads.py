@@ -18,7 +18,7 @@ import threading
 from . import tuning
 
 _num_threads = None                 # set by set_num_threads; None: $TINYATTN_NUM_THREADS, else one per core
-_tasks = queue.SimpleQueue()        # shares, as (work, items, index, done queue, claim), and Later jobs, for the helpers
+_tasks = queue.SimpleQueue()        # shares, as (work, items, index, done queue, claim), and Later jobs
 _helpers = []
 _outstanding = set()                # Later jobs not yet finished
 _running_jobs = set()               # Later jobs a helper runs now
