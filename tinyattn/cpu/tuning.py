@@ -7,7 +7,9 @@
   so tinyattn's products always run on one BLAS thread and round the same way in every thread (OpenBLAS's AVX2
   kernel rounds most products differently on one thread and on two, in the last bit). Its cost: OpenBLAS (and MKL)
   have one thread count for the whole process, so while any thread is inside tinyattn's fast code, NumPy products of
-  one's own in other threads run on one BLAS thread too. NumPy code outside tinyattn sees BLAS as it was otherwise.
+  one's own in other threads run on one BLAS thread too. NumPy code outside tinyattn sees BLAS as it was otherwise,
+  with one exception: in a backward walk where a helper writes a Linear's weight gradient (split.backward_walk), the
+  hold lasts from that product to the walk's end, over the backward of one's own Functions too.
 - glibc's allocator thresholds change only when tune_allocator() is called: there is no way to read them back and
   restore them, so it is the caller's choice (the lessons and `python -m tinyattn.bench` make it).
 """
