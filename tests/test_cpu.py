@@ -374,6 +374,34 @@ def test_attention_parts_leave_out_the_keys_a_boolean_mask_hides(monkeypatch, th
     assert len(split.attention_parts((4, 2), 10, 10, padding, padding)) == 2
 
 
+@pytest.mark.parametrize("kernels, small", [([("openblas", "skylakex")], True), ([("openblas", "sapphirerapids")], True),
+                                            ([("openblas", "haswell")], False), ([("mkl", "")], False)])
+def test_flash_blocks_keep_every_product_within_the_small_product_kernels_where_the_blas_has_them(monkeypatch,
+                                                                                                  kernels, small):
+    monkeypatch.setattr(split, "blas_kernels", lambda: kernels)
+    for head_size in (8, 16, 64, 100, 128):
+        block = split.attention_block(head_size, np.zeros(1))
+        if not small:
+            assert block == split.ATTENTION_BLOCK
+            continue
+        deepest = block * block * (head_size + 1)       # S = [Q, -m] [K^T; 1] and dS - D: rows x (head + 1) x keys
+        assert deepest <= split.SMALL_PRODUCT
+        assert block == split.ATTENTION_BLOCK or (block + 1) ** 2 * (head_size + 1) > split.SMALL_PRODUCT, block
+    assert split.attention_block(64, np.zeros(1)) == (124 if small else 256)
+
+
+@cpu_only
+@pytest.mark.parametrize("kernels, block", [([("openblas", "skylakex")], 124), ([("openblas", "haswell")], 256)])
+def test_flash_attention_without_a_block_size_runs_with_the_one_the_cpu_layer_picks(monkeypatch, kernels, block):
+    monkeypatch.setattr(split, "blas_kernels", lambda: kernels)
+    rng = np.random.default_rng(0)
+    q, k, v = (ta.tensor(rng.standard_normal((1, 2, 300, 64)).astype(np.float32)) for _ in range(3))
+    chosen = F.flash_attention(q, k, v, is_causal=True)
+    np.testing.assert_array_equal(host(chosen), host(F.flash_attention(q, k, v, is_causal=True, block_size=block)))
+    other = 256 if block == 124 else 124                  # the two blocks round differently: the test can tell them
+    assert not np.array_equal(host(chosen), host(F.flash_attention(q, k, v, is_causal=True, block_size=other)))
+
+
 @cpu_only
 def test_matmul_adds_the_bias_to_every_row(thread_count):
     thread_count(2)

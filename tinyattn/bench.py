@@ -64,6 +64,8 @@ def attention_step(work, args):
     q, k, v = work.randn(*shape_q, requires_grad=True), work.randn(*shape_kv, requires_grad=True), \
         work.randn(*shape_kv, requires_grad=True)
     gqa = (args.kv_heads or args.heads) != args.heads
+    info = {"approx_flops": 4 * args.batch * args.heads * args.n * args.n * args.dim * (0.5 if args.causal else 1.0)
+            * 3.5}
     if work.framework == "torch":
         sdpa = work.torch.nn.functional.scaled_dot_product_attention
 
@@ -71,15 +73,17 @@ def attention_step(work, args):
             sdpa(q, k, v, is_causal=args.causal, enable_gqa=gqa).sum().backward()
     else:
         import tinyattn.functional as F
+        from tinyattn import cpu
         plain = args.impl in ("naive", "reference")                   # scaled_dot_product_attention, not flash
         attend = F.scaled_dot_product_attention if plain else F.flash_attention
         extra = {} if plain else {"block_size": args.block_size, "fused": None if args.impl == "flash" else False}
+        if not plain:                                                 # the block it runs with, for the record
+            info["block_size"] = args.block_size or cpu.attention_block(args.dim, q.array)
 
         def step():
             with F.reference() if args.impl == "reference" else contextlib.nullcontext():
                 attend(q, k, v, is_causal=args.causal, enable_gqa=gqa, **extra).sum().backward()
-    flops = 4 * args.batch * args.heads * args.n * args.n * args.dim * (0.5 if args.causal else 1.0) * 3.5
-    return step, {"approx_flops": flops}
+    return step, info
 
 
 def train_step(work, args):
@@ -260,7 +264,8 @@ def parse(argv):
     attention.add_argument("--dim", type=int, default=64)
     attention.add_argument("--batch", type=int, default=1)
     attention.add_argument("--causal", action="store_true")
-    attention.add_argument("--block-size", type=int, default=256)
+    attention.add_argument("--block-size", type=int, default=None,
+                           help="flash attention's rows and keys per block (default: flash_attention's choice)")
     attention.add_argument("--reps", type=int, default=3)
     train = sub.add_parser("train-step", parents=[common], help="AdamW steps of a GPT on random token ids")
     train.add_argument("--vocab", type=int, default=256)

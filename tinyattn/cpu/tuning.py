@@ -41,14 +41,25 @@ def _thread_count(library):
     return library.get_num_threads, library.set_num_threads
 
 
+@functools.lru_cache(maxsize=None)
+def _blas_controllers():
+    """threadpoolctl's controller of every BLAS library loaded in this process, found once."""
+    from threadpoolctl import ThreadpoolController
+    return tuple(ThreadpoolController().select(user_api="blas").lib_controllers)
+
+
 def _blas():
-    """(get, set) of the thread count of every BLAS library loaded in this process, found once with threadpoolctl."""
+    """(get, set) of the thread count of every BLAS library loaded in this process, found once."""
     global _blas_libraries
     if _blas_libraries is None:
-        from threadpoolctl import ThreadpoolController
-        _blas_libraries = [_thread_count(library)
-                           for library in ThreadpoolController().select(user_api="blas").lib_controllers]
+        _blas_libraries = [_thread_count(library) for library in _blas_controllers()]
     return _blas_libraries
+
+
+def blas_kernels():
+    """(library, kernels) of every BLAS library loaded in this process, in lower case: ("openblas", "skylakex")
+    where OpenBLAS runs its kernels for AVX-512 CPUs, ("openblas", "haswell") for AVX2 ones."""
+    return [(library.internal_api, str(getattr(library, "architecture", "")).lower()) for library in _blas_controllers()]
 
 
 class blas_held:

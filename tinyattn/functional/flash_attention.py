@@ -315,12 +315,16 @@ twins.register("flash_attention", FastFlashAttention, ReferenceFlashAttention)
 
 
 def flash_attention(query, key, value, attn_mask=None, is_causal=False, scale=None, enable_gqa=False,
-                    block_size=256, fused=None):
+                    block_size=None, fused=None):
     """Blockwise online-softmax attention: the same result as scaled_dot_product_attention, O(N) memory.
 
     Same arguments and mask conventions as scaled_dot_product_attention (boolean True = may attend, a float mask is
-    added, is_causal top-left aligned). block_size need not divide the lengths. A float mask gets no gradient here;
-    use scaled_dot_product_attention for a learned bias.
+    added, is_causal top-left aligned). A float mask gets no gradient here; use scaled_dot_product_attention for a
+    learned bias.
+
+    block_size: query rows and keys per block; it need not divide the lengths. None picks one for the machine
+    (cpu.attention_block): 256, or, where OpenBLAS runs its kernels for AVX-512 CPUs, as large as keeps every
+    product of a block within those kernels' small-product limit (124 at head size 64).
 
     fused picks the implementation on the GPU: the CUDA kernels of flash_kernel.py (True; an error says why when
     they cannot run these inputs), the array code above (False), or the kernels whenever they can and neither the
@@ -336,6 +340,8 @@ def flash_attention(query, key, value, attn_mask=None, is_causal=False, scale=No
                              "scaled_dot_product_attention for a learned bias")
         attn_mask = attn_mask.array
     attn_mask = with_row_and_key_axes(attn_mask)
+    if block_size is None:
+        block_size = cpu.attention_block(max(query.shape[-1], value.shape[-1]), query.array)
     if block_size < 1:
         raise ValueError(f"block_size must be positive, got {block_size}")
     scale = default_scale(query, scale)
