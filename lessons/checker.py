@@ -759,7 +759,7 @@ def _flash(is_causal, enable_gqa, block_size):
 
 def _with_block_size(function, block_size):
     """function with its blocks made block_size long, whatever the caller asks: the models call flash attention
-    with blocks of 256, longer than their sequences."""
+    with the blocks it picks (cpu.attention_block: 256, or 124 at head size 64), longer than their sequences."""
     class SmallBlocks(function):
         @staticmethod
         def forward(ctx, q, k, v, mask, scale, is_causal, enable_gqa, _):
