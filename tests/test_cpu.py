@@ -10,7 +10,7 @@ import pytest
 import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import cpu
-from tinyattn.cpu import split, threads
+from tinyattn.cpu import split, threads, tuning
 
 from conftest import host, randn
 
@@ -374,12 +374,23 @@ def test_attention_parts_leave_out_the_keys_a_boolean_mask_hides(monkeypatch, th
     assert len(split.attention_parts((4, 2), 10, 10, padding, padding)) == 2
 
 
-@pytest.mark.parametrize("kernels, small", [([("openblas", "skylakex")], True), ([("openblas", "sapphirerapids")], True),
-                                            ([("openblas", "haswell")], False), ([("mkl", "")], False)])
+class _Controller:
+    """A stand-in for one of threadpoolctl's BLAS controllers: what blas_kernels reads of it."""
+
+    def __init__(self, internal_api, architecture=None):
+        self.internal_api = internal_api
+        if architecture is not None:                  # MKL's controller has no architecture
+            self.architecture = architecture
+
+
+@pytest.mark.parametrize("libraries, small", [
+    ([_Controller("openblas", "SkylakeX")], True), ([_Controller("openblas", "SapphireRapids")], True),
+    ([_Controller("openblas", "Haswell")], False), ([_Controller("mkl")], False), ([], False),
+    ([_Controller("openblas", "SkylakeX"), _Controller("mkl")], False)])    # NumPy may multiply with either
 def test_flash_blocks_keep_every_product_within_the_small_product_kernels_where_the_blas_has_them(monkeypatch,
-                                                                                                  kernels, small):
-    monkeypatch.setattr(split, "blas_kernels", lambda: kernels)
-    for head_size in (8, 16, 64, 100, 128):
+                                                                                                  libraries, small):
+    monkeypatch.setattr(tuning, "_blas_controllers", lambda: tuple(libraries))
+    for head_size in (8, 16, 64, 99):
         block = split.attention_block(head_size, np.zeros(1))
         if not small:
             assert block == split.ATTENTION_BLOCK
@@ -388,18 +399,29 @@ def test_flash_blocks_keep_every_product_within_the_small_product_kernels_where_
         assert deepest <= split.SMALL_PRODUCT
         assert block == split.ATTENTION_BLOCK or (block + 1) ** 2 * (head_size + 1) > split.SMALL_PRODUCT, block
     assert split.attention_block(64, np.zeros(1)) == (124 if small else 256)
+    # heads so large that the small-product blocks would be under MIN_SMALL_PRODUCT_BLOCK: the usual blocks
+    assert split.attention_block(100, np.zeros(1)) == split.attention_block(128, np.zeros(1)) == 256
 
 
 @cpu_only
-@pytest.mark.parametrize("kernels, block", [([("openblas", "skylakex")], 124), ([("openblas", "haswell")], 256)])
-def test_flash_attention_without_a_block_size_runs_with_the_one_the_cpu_layer_picks(monkeypatch, kernels, block):
-    monkeypatch.setattr(split, "blas_kernels", lambda: kernels)
+@pytest.mark.parametrize("architecture, block", [("SkylakeX", 124), ("Haswell", 256)])
+def test_flash_attention_without_a_block_size_runs_with_the_one_the_cpu_layer_picks(monkeypatch, architecture,
+                                                                                     block):
+    monkeypatch.setattr(split, "blas_kernels", lambda: [("openblas", architecture.lower())])
     rng = np.random.default_rng(0)
     q, k, v = (ta.tensor(rng.standard_normal((1, 2, 300, 64)).astype(np.float32)) for _ in range(3))
     chosen = F.flash_attention(q, k, v, is_causal=True)
     np.testing.assert_array_equal(host(chosen), host(F.flash_attention(q, k, v, is_causal=True, block_size=block)))
     other = 256 if block == 124 else 124                  # the two blocks round differently: the test can tell them
     assert not np.array_equal(host(chosen), host(F.flash_attention(q, k, v, is_causal=True, block_size=other)))
+    if block == 124:                   # values with longer heads than the queries': the block fits the longer
+        wide = ta.tensor(rng.standard_normal((1, 2, 300, 64)).astype(np.float32))
+        narrow_q, narrow_k = q[..., :32], k[..., :32]
+        chosen = F.flash_attention(narrow_q, narrow_k, wide, is_causal=True)
+        np.testing.assert_array_equal(host(chosen), host(F.flash_attention(narrow_q, narrow_k, wide, is_causal=True,
+                                                                           block_size=124)))
+        assert not np.array_equal(host(chosen), host(F.flash_attention(narrow_q, narrow_k, wide, is_causal=True,
+                                                                       block_size=174)))
 
 
 @cpu_only

@@ -77,7 +77,7 @@ def attention_step(work, args):
         plain = args.impl in ("naive", "reference")                   # scaled_dot_product_attention, not flash
         attend = F.scaled_dot_product_attention if plain else F.flash_attention
         extra = {} if plain else {"block_size": args.block_size, "fused": None if args.impl == "flash" else False}
-        if not plain:                                                 # the block it runs with, for the record
+        if not plain and args.device == "cpu":     # the block it runs with (--dim is q's and v's head size)
             info["block_size"] = args.block_size or cpu.attention_block(args.dim, q.array)
 
         def step():

@@ -32,9 +32,16 @@ ATTENTION_BLOCK = 256
 
 # OpenBLAS's kernels for AVX-512 CPUs (SkylakeX, and Cooperlake and SapphireRapids, which build on them) multiply a
 # product of at most this many multiply-adds straight from its operands: no copying them into packed panels first,
-# no zeroing of the output. Flash attention's blocks made that small ran 5.7% faster at head size 64 (Zen 4).
+# no zeroing of the output. They take a product whose operands are both untransposed, or whose second is transposed
+# (in OpenBLAS's column-major view: NumPy's row-major a.T @ b qualifies, a @ b.T only when tiny), as every product
+# of FastFlashAttention is. Its blocks made that small ran 5.7% faster at head size 64 (Zen 4); OpenBLAS's
+# small-product kernels for other CPUs (ARM SVE, POWER10) were not measured and get ATTENTION_BLOCK.
 SMALL_PRODUCT = 10 ** 6
 SMALL_PRODUCT_KERNELS = ("skylakex", "cooperlake", "sapphirerapids")
+
+# Blocks smaller than this cost more in Python calls and thin products than the small-product kernels save: at head
+# size 128 blocks of 88 ran as fast as 256, at 256 blocks of 62 and at 512 of 44 ran 1.15-1.35x slower.
+MIN_SMALL_PRODUCT_BLOCK = 100
 
 
 def slices(n, size):
@@ -188,13 +195,17 @@ def for_each_piece(fn, inputs, outputs):
 
 def attention_block(head_size, like):
     """Query rows and keys per block of flash attention for heads of head_size (the larger of the queries' and the
-    values'): ATTENTION_BLOCK, or, where OpenBLAS has small-product kernels, the largest block whose products all
-    stay within SMALL_PRODUCT multiply-adds (head_size + 1 deep at most, the extra column of [Q, -m] and [dO, -D]):
-    124 at head size 64. On the GPU, ATTENTION_BLOCK."""
-    if is_cupy_array(like) or not any(library == "openblas" and kernels in SMALL_PRODUCT_KERNELS
-                                      for library, kernels in blas_kernels()):
+    values'): where every BLAS library loaded is OpenBLAS with small-product kernels, the largest block whose
+    products all stay within SMALL_PRODUCT multiply-adds (head_size + 1 deep at most, the extra column of [Q, -m] and
+    [dO, -D]; 124 at head size 64), unless that is under MIN_SMALL_PRODUCT_BLOCK; else ATTENTION_BLOCK, as on the
+    GPU. (Every library, not any: which one NumPy multiplies with is not known here.)"""
+    if is_cupy_array(like):
         return ATTENTION_BLOCK
-    return max(1, min(ATTENTION_BLOCK, math.isqrt(SMALL_PRODUCT // (head_size + 1))))
+    kernels = blas_kernels()
+    if not kernels or not all(library == "openblas" and name in SMALL_PRODUCT_KERNELS for library, name in kernels):
+        return ATTENTION_BLOCK
+    block = min(ATTENTION_BLOCK, math.isqrt(SMALL_PRODUCT // (head_size + 1)))
+    return block if block >= MIN_SMALL_PRODUCT_BLOCK else ATTENTION_BLOCK
 
 
 def batch_lanes(batch_shape, like):

@@ -59,7 +59,8 @@ def _blas():
 def blas_kernels():
     """(library, kernels) of every BLAS library loaded in this process, in lower case: ("openblas", "skylakex")
     where OpenBLAS runs its kernels for AVX-512 CPUs, ("openblas", "haswell") for AVX2 ones."""
-    return [(library.internal_api, str(getattr(library, "architecture", "")).lower()) for library in _blas_controllers()]
+    return [(library.internal_api, str(getattr(library, "architecture", "")).lower())   # MKL's controller has none
+            for library in _blas_controllers()]
 
 
 class blas_held:

@@ -131,9 +131,10 @@ def _appended(x, value, axis):
 
 def _transposed_block_with_ones(x, cols):
     """One column block of [X^T; 1], a new array in the usual (C) order: S = Q K^T reads K^T about 4% faster so than
-    as a transposed view of K (OpenBLAS, 256 x 64 blocks); concatenate would keep the view's order. For K, the row of
-    ones makes [Q, -m] [K^T; 1] = S - m: the scores arrive shifted by each row's m, with no pass of their own; for V,
-    it makes [dO, -D] [V^T; 1] = dP - D."""
+    as a transposed view of K (OpenBLAS, 256 x 64 blocks), and stays a product that OpenBLAS's small-product kernels
+    take (cpu.attention_block); concatenate would keep the view's order. For K, the row of ones makes
+    [Q, -m] [K^T; 1] = S - m: the scores arrive shifted by each row's m, with no pass of their own; for V, it makes
+    [dO, -D] [V^T; 1] = dP - D."""
     xp = xp_of(x)
     block = x[..., cols, :]
     out = xp.empty(block.shape[:-2] + (block.shape[-1] + 1, block.shape[-2]), dtype=x.dtype)
@@ -324,7 +325,7 @@ def flash_attention(query, key, value, attn_mask=None, is_causal=False, scale=No
 
     block_size: query rows and keys per block; it need not divide the lengths. None picks one for the machine
     (cpu.attention_block): 256, or, where OpenBLAS runs its kernels for AVX-512 CPUs, as large as keeps every
-    product of a block within those kernels' small-product limit (124 at head size 64).
+    product of a block within those kernels' small-product limit (124 at head size 64, 174 at 32).
 
     fused picks the implementation on the GPU: the CUDA kernels of flash_kernel.py (True; an error says why when
     they cannot run these inputs), the array code above (False), or the kernels whenever they can and neither the
