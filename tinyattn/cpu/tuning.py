@@ -23,7 +23,6 @@ from ..backend import is_cupy_array
 _lock = threading.Lock()
 _depth = 0                  # how many blas_held() scopes are open, over all threads
 _restore = []               # (a BLAS library's thread-count setter, its count before the outermost scope)
-_blas_libraries = None
 
 
 def _thread_count(library):
@@ -48,12 +47,10 @@ def _blas_controllers():
     return tuple(ThreadpoolController().select(user_api="blas").lib_controllers)
 
 
+@functools.lru_cache(maxsize=None)
 def _blas():
     """(get, set) of the thread count of every BLAS library loaded in this process, found once."""
-    global _blas_libraries
-    if _blas_libraries is None:
-        _blas_libraries = [_thread_count(library) for library in _blas_controllers()]
-    return _blas_libraries
+    return [_thread_count(library) for library in _blas_controllers()]
 
 
 def blas_kernels():
