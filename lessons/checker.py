@@ -34,7 +34,7 @@ import tinyattn as ta
 import tinyattn.functional as F
 from lessons import mistakes
 from lessons.notebook import exercise_notebook, notebook_code, write_notebook
-from tinyattn import interpret, lesson, models, nn, optim
+from tinyattn import backend, interpret, lesson, models, nn, optim
 
 LESSONS = pathlib.Path(__file__).resolve().parent
 EXERCISES = LESSONS / "exercises"
@@ -329,7 +329,15 @@ def assert_close(what, mine, expected, tolerance=TOLERANCE):
 
 
 def _host(x):
-    return x.numpy() if isinstance(x, ta.Tensor) else np.asarray(x)
+    """A Tensor, a NumPy or CuPy array, or a value as a NumPy array."""
+    return x.numpy() if isinstance(x, ta.Tensor) else backend.to_host(x)
+
+
+def _on_host(recorded):
+    """What a Function got and gave, its arrays moved to NumPy (the hints compute on NumPy, on any device)."""
+    if isinstance(recorded, (tuple, list)):
+        return type(recorded)(_on_host(value) for value in recorded)
+    return backend.to_host(recorded) if backend.is_array(recorded) else recorded
 
 
 def use(**functions):
@@ -428,7 +436,8 @@ def _diagnosis(diagnose, slot, function, call, arrays, grad_of, verdicts):
     try:
         with F.use(**{slot: Recorded}):
             forward_backward(call, arrays, grad_of)
-        return diagnose(seen, {what for what, why in verdicts.items() if why})
+        return diagnose({name: _on_host(value) for name, value in seen.items()},
+                        {what for what, why in verdicts.items() if why})
     except Exception:        # a hint is a bonus: when the learner's code cannot give one, the verdicts stand alone
         return []
 

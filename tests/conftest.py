@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import tinyattn as ta
+from tinyattn import backend
 
 
 def pytest_collection_modifyitems(config, items):
@@ -26,4 +27,4 @@ def randn(*shape, requires_grad=True, dtype="float64", seed=None, device=None):
 
 
 def host(t):
-    return t.numpy() if isinstance(t, ta.Tensor) else np.asarray(t)
+    return t.numpy() if isinstance(t, ta.Tensor) else backend.to_host(t)
