@@ -208,8 +208,11 @@ viz.save(fig, plot_path(args, "04_flash_memory_time.png"))
 # In the forward, each row block of queries needs nothing from the others: its running max, sum and output are its
 # own. In the backward, each column block of keys owns its dK and dV, while every column block adds to all of dQ.
 # FlashAttention-2 parallelises along exactly these lines, and so does `F.flash_attention` on the CPU: tinyattn's
-# threads (`tinyattn/cpu/threads.py`) deal out row blocks in the forward and column blocks in the backward, and each
-# thread sums its own dQ, added up at the end. `ta.set_num_threads(1)` runs the loops above exactly as written.
+# threads (`tinyattn/cpu/threads.py`) deal out row blocks in the forward and column blocks in the backward. The
+# heads come in lanes, each with all its column blocks, so that one thread, or one team of threads when there are
+# more threads than heads, adds into a head's rows of dQ: a team's members each sum a dQ of their own, added up at
+# the end (16 threads on 8 heads: two dQs, not sixteen).
+# `ta.set_num_threads(1)` runs the loops above exactly as written.
 
 # %% [markdown]
 # ## On a GPU: the same loops as CUDA kernels

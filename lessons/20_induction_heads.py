@@ -175,7 +175,12 @@ viz.save(viz.curves({name: (np.arange(max_span), values) for name, values in by_
 
 # %% [markdown]
 # ## Which head does what
-# The scores of every head of the trained model, as (layer x head) heat maps.
+# The scores of every head of the trained model, as (layer x head) heat maps. The induction head is one head of layer
+# 1 in every run tried. The previous-token role varies more with the random start: one layer-0 head may take it,
+# with half or more of its weight on the previous token (seeds 0 and 1 on the CPU when this was written), or three
+# heads may share it, none of them near 0.5 (seeds 2 and 3, and the GPU, whose random numbers differ). So the run
+# also prints the weight that layer 0's heads together put on the previous token, the sum of their scores, and
+# asserts that one: about one head's worth in every run tried.
 
 # %%
 previous, induction = scores(model)
@@ -184,6 +189,9 @@ print("previous-token score (layers x heads):\n" + np.array2string(previous, pre
 print("induction score (layers x heads):\n" + np.array2string(induction, precision=2, suppress_small=True))
 print(f"previous-token head: layer 0 head {prev_head} ({previous[0, prev_head]:.2f}); induction head: layer 1 head "
       f"{ind_head} ({induction[1, ind_head]:.2f})")
+layer0_previous = float(previous[0].sum())
+print(f"weight on the previous token summed over layer 0's heads: {layer0_previous:.2f} "
+      f"({int((previous[0] >= 0.2).sum())} of its heads score 0.2 or more)")
 fig, axes = viz.plt.subplots(1, 2, figsize=(9, 2.6), layout="constrained")
 viz.head_score_map(previous, title="previous-token score", ax=axes[0])
 viz.head_score_map(induction, title="induction score", ax=axes[1])
@@ -258,9 +266,9 @@ print("mean weight of each layer-0 head on its own position: " + " ".join(f"{w:.
 # A head's query and key see only what is at their own positions. In one layer that is a token and its position:
 # a query A can find the earlier A, but nothing at that position says what came *after* it, and the token after it
 # (B) knows nothing of A. So one layer can at best favour tokens seen earlier in the context (each earlier token is
-# a candidate), never tell which one comes next. The previous-token head of layer 0 is what makes the lookup
-# possible: it writes "my previous token was A" into B's position, which layer 1's query A then matches (Elhage et
-# al. call this K-composition). The same training on one layer (whether it gains anything at all is printed):
+# a candidate), never tell which one comes next. The previous-token head of layer 0 (or heads, where several share
+# the role) is what makes the lookup possible: it writes "my previous token was A" into B's position, which layer 1's
+# query A then matches (Elhage et al. call this K-composition). The same training on one layer (whether it gains anything at all is printed):
 
 # %%
 one_layer, one_history = train(1)
@@ -303,7 +311,7 @@ else:
 seconds = time.perf_counter() - started
 print(f"the whole run took {seconds:.0f} s on {os.cpu_count()} cores (load average {os.getloadavg()[0]:.2f})")
 if not args.quick:
-    assert induction[1].max() >= 0.5 and previous[0].max() >= 0.5, (induction, previous)
+    assert induction[1].max() >= 0.5 and layer0_previous >= 0.5, (induction, previous)
     assert in_context_gain >= 1.0, in_context_gain
     assert ablation_gain_removed >= 0.5, gain_removed
     assert one_layer_second_copy_loss >= second_copy_loss + 1.0, (one_layer_second_copy_loss, second_copy_loss)
@@ -311,6 +319,7 @@ if not args.quick:
         print(f"warning: the run took {seconds:.0f} s, above the 240 s this lesson expects on 2 cores; timings "
               "depend on what else runs on the machine")
 report(induction_score_max=float(induction[1].max()), prev_token_score_max=float(previous[0].max()),
+       prev_token_score_layer0_sum=layer0_previous,
        in_context_gain_nats=in_context_gain, ablation_gain_removed=ablation_gain_removed,
        prev_token_ablation_gain_removed=prev_ablation_gain_removed, second_copy_loss=second_copy_loss,
        one_layer_second_copy_loss=one_layer_second_copy_loss, run_seconds=seconds,
