@@ -17,7 +17,7 @@ EXPECTED_KEYS = {
     "01": {"bottleneck_long_acc_plain", "bottleneck_long_acc_attention"},
     "02": {"dates_exact_match", "dates_alignment"},
     "03": {"sdpa_max_abs_err", "backward_max_abs_err", "multihead_max_abs_err", "equivariance_err"},
-    "04": {"flash_max_abs_err", "blockwise_backward_max_abs_err", "flash_memory_ratio"},
+    "04": {"flash_max_abs_err", "blockwise_backward_max_abs_err", "flash_memory_ratio", "flash_memory_growth"},
     "05": {"translation_exact_match"},
     "06": {"lm_val_bpc", "lm_bigram_bpc", "kv_cache_speedup", "gpt_by_hand_max_abs_err"},
     "07": {"pre-norm_val_bpc", "mqa_val_bpc", "kv_bytes_per_token", "moe_flops_ratio"},

@@ -9,7 +9,7 @@ import math
 import threading
 
 from ..backend import broadcast_shapes, is_cupy_array, xp_of
-from .threads import Later, dealt, get_num_threads, share
+from .threads import Later, get_num_threads, share
 from .tuning import blas_held, blas_kernels
 
 # Elementwise work goes in pieces of this many values (512 KiB of float32), so that a chain of in-place passes over
@@ -71,35 +71,22 @@ def sum_over_parts(work, parts, new_totals, group=None):
     group(part), where given, names the places of the totals a part adds into: parts of different names add into
     disjoint places (attention's parts of different batch entries). When the threads divide the names evenly, every
     part of one name goes to the same thread and all threads add into one set of totals: no totals per thread to
-    zero and sum. (Unevenly, some threads would idle while others finish a name more.) When the names divide the
-    threads, each name gets an equal team of threads, and the teams' members of one rank share one set of totals:
-    as many sets as a team has members, not one per thread (16 threads on 8 heads: 2 sets, not 16)."""
+    zero and sum. (Unevenly, some threads would idle while others finish a name more.)"""
     parts, named = list(parts), {}
     for part in parts if group is not None else ():
         named.setdefault(group(part), []).append(part)
-    threads = get_num_threads()
-    if named and len(named) % threads == 0:
+    if named and len(named) % get_num_threads() == 0:
         totals = new_totals()
         share(lambda mine: [work(part, totals) for name in mine for part in named[name]], named)
         return totals
-    if named and threads % len(named) == 0:
-        team = threads // len(named)
-        sets = [new_totals() for _ in range(team)]
 
-        def run(mine):
-            for name, rank in mine:
-                for part in dealt(named[name], team)[rank]:
-                    work(part, sets[rank])
-        share(run, [(name, rank) for rank in range(team) for name in named])
-    else:
-        def run(mine):
-            totals = new_totals()
-            for part in mine:
-                work(part, totals)
-            return totals
-        sets = share(run, parts)
-    first, *others = sets
-    for totals in others:                  # into the first set's arrays: no temporary the size of a total
+    def run(mine):
+        totals = new_totals()
+        for part in mine:
+            work(part, totals)
+        return totals
+    first, *others = share(run, parts)
+    for totals in others:                  # into the first thread's arrays: no temporary the size of a total
         for total, part in zip(first, totals):
             total += part
     return first
@@ -222,18 +209,14 @@ def attention_block(head_size, like):
 
 
 def batch_lanes(batch_shape, like):
-    """Index tuples that cut a batch (attention's batch and heads) into equal lanes along one axis, for work that is
-    independent from lane to lane and adds into places of its own in each: one lane per thread along the first axis
-    whose length the threads divide; else as many lanes as the most that an axis's length and the thread count both
-    divide by (8 heads on 16 threads: 8 lanes, a team of 2 threads each, see sum_over_parts); [()], one lane, the
-    whole batch, when there is none, on one thread, and on the GPU."""
+    """Index tuples that cut a batch (attention's batch and heads) into one equal lane per thread along its first
+    axis whose length the threads divide, for work that is independent from lane to lane and adds into places of
+    its own in each ([()]: one lane, the whole batch, when no axis divides, on one thread, and on the GPU)."""
     n = get_num_threads()
-    if n == 1 or is_cupy_array(like) or not batch_shape:
-        return [()]
-    lanes, axis = max((math.gcd(size, n), -axis) for axis, size in enumerate(batch_shape))
-    if lanes == 1:
-        return [()]
-    return [(slice(None),) * -axis + (part,) for part in slices(batch_shape[-axis], batch_shape[-axis] // lanes)]
+    for axis, size in enumerate(batch_shape):
+        if n > 1 and size % n == 0 and not is_cupy_array(like):
+            return [(slice(None),) * axis + (part,) for part in one_slice_per_thread(size)]
+    return [()]
 
 
 def in_lane(x, lane, batch_ndim):

@@ -85,7 +85,7 @@ def _start_helpers(count):
         _helpers.append(helper)
 
 
-def dealt(items, n):
+def _dealt(items, n):
     """items dealt to n threads back and forth, as in a snake draft: thread t gets the t-th item of each even round
     of n and the t-th from the end of each odd round. Work that grows along items (causal attention's blocks) then
     evens out: on 2 threads, 16 row blocks that see 1 .. 16 column blocks give 68 and 68 (round-robin: 64 and 72)."""
@@ -97,7 +97,7 @@ def dealt(items, n):
 
 
 def share(work, items):
-    """work(share) on each thread's share of items, dealt back and forth (dealt); the results in thread order.
+    """work(share) on each thread's share of items, dealt back and forth (_dealt); the results in thread order.
     Dealing rather than cutting in halves balances work that grows along items (causal attention).
 
     The calling thread does the first share itself while helper threads do the others: each call costs a hand-off
@@ -112,7 +112,7 @@ def share(work, items):
     _start_helpers(n - 1)
     with tuning.blas_held():
         done = queue.SimpleQueue()
-        shares, claims = dealt(items, n), [threading.Lock() for _ in range(n)]      # claims[t]: share t begun
+        shares, claims = _dealt(items, n), [threading.Lock() for _ in range(n)]      # claims[t]: share t begun
         for t in range(1, n):
             _tasks.put((work, shares[t], t, done, claims[t]))
         results, errors, waiting = [None] * n, [], n - 1

@@ -189,10 +189,9 @@ class FastFlashAttention(Function):
     and heads and in place on its scores buffer. As in FlashAttention-2, the CPU threads share out row blocks in
     forward (each is independent) and column blocks in backward (each owns its dK and dV). In backward the heads
     come in lanes, one per thread (cpu.batch_lanes), each with all its column blocks, so that every dQ row is added
-    to by one thread; where the heads divide the threads, each lane goes to a team of threads, each member summing a
-    dQ of its own shared with the other teams' members of its rank (sum_over_parts); else each thread sums a dQ of its
-    own. Under a causal mask, a block that crosses the diagonal goes in pieces of rows, each over the keys up to its
-    last row (_pieces), in both passes.
+    to by one thread; where the threads do not divide the heads, each thread sums a dQ of its own. Under a causal
+    mask, a block that crosses the diagonal goes in pieces of rows, each over the keys up to its last row
+    (_pieces), in both passes.
 
     The shift. Each row's m, the number its scores are shifted by before exp, is the maximum of its scores in the
     first column block, and stays so for the rest of the row: no running maximum, no rescaling of the sums, and the
@@ -304,8 +303,8 @@ class FastFlashAttention(Function):
                     grad_q[..., rows, :] += grad_s @ k_scaled[..., mine, :]
                     grad_k_l[..., part_cols, :] += xp.swapaxes(grad_s, -1, -2) @ q_aug_l[..., rows, :-1]
         grad_q_shape = out.shape[:-1] + (q_aug.shape[-1] - 1,)
-        # Lanes of the batch (its heads or entries) add into places of their own: one dQ for all when there is a lane
-        # per thread, one per member of a lane's team when the lanes are fewer, else one per thread.
+        # Lanes of the batch (its heads or entries), one per thread, add into places of their own: one dQ for all.
+        # Else each thread sums a dQ of its own.
         parts = [(lane, cols) for lane in range(len(lanes)) for cols in _blocks(k.shape[-2], block_size)]
         (grad_q,) = cpu.sum_over_parts(backward_columns, parts, lambda: (xp.zeros(grad_q_shape, dtype=q_aug.dtype),),
                                        group=lambda part: part[0])
