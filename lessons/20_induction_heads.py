@@ -180,18 +180,18 @@ viz.save(viz.curves({name: (np.arange(max_span), values) for name, values in by_
 # with half or more of its weight on the previous token (seeds 0 and 1 on the CPU when this was written), or three
 # heads may share it, none of them near 0.5 (seeds 2 and 3, and the GPU, whose random numbers differ). So the run
 # also prints the weight that layer 0's heads together put on the previous token, the sum of their scores, and
-# asserts that one: about one head's worth in every run tried.
+# asserts that one: about one head's worth in every run tried. (A head that spread its weight evenly over the tokens
+# before it would score about 0.06 here; four such heads, 0.24.)
 
 # %%
 previous, induction = scores(model)
 prev_head, ind_head = int(previous[0].argmax()), int(induction[1].argmax())
 print("previous-token score (layers x heads):\n" + np.array2string(previous, precision=2, suppress_small=True))
 print("induction score (layers x heads):\n" + np.array2string(induction, precision=2, suppress_small=True))
-print(f"previous-token head: layer 0 head {prev_head} ({previous[0, prev_head]:.2f}); induction head: layer 1 head "
-      f"{ind_head} ({induction[1, ind_head]:.2f})")
+print(f"strongest previous-token head: layer 0 head {prev_head} ({previous[0, prev_head]:.2f}); induction head: "
+      f"layer 1 head {ind_head} ({induction[1, ind_head]:.2f})")
 layer0_previous = float(previous[0].sum())
-print(f"weight on the previous token summed over layer 0's heads: {layer0_previous:.2f} "
-      f"({int((previous[0] >= 0.2).sum())} of its heads score 0.2 or more)")
+print(f"weight on the previous token summed over layer 0's heads: {layer0_previous:.2f}")
 fig, axes = viz.plt.subplots(1, 2, figsize=(9, 2.6), layout="constrained")
 viz.head_score_map(previous, title="previous-token score", ax=axes[0])
 viz.head_score_map(induction, title="induction score", ax=axes[1])
@@ -253,8 +253,8 @@ print("fraction of the in-context gain lost when one head is mean-ablated:\n  " 
       "  ".join(f"{name} {value:.2f}" for name, value in gain_removed.items()))
 ablation_gain_removed = gain_removed[f"L1H{ind_head}"]
 prev_ablation_gain_removed = gain_removed[f"L0H{prev_head}"]
-print(f"ablating the induction head removes {ablation_gain_removed:.0%} of the gain, the previous-token head "
-      f"{prev_ablation_gain_removed:.0%}")
+print(f"ablating the induction head removes {ablation_gain_removed:.0%} of the gain, the strongest previous-token "
+      f"head {prev_ablation_gain_removed:.0%}")
 viz.save(viz.bars(gain_removed, ylabel="fraction of the gain lost", fmt="{:.2f}",
                   title="in-context gain lost by ablating one head (L = layer, H = head)"),
          plot_path(args, "20_ablation.png"))
@@ -268,7 +268,8 @@ print("mean weight of each layer-0 head on its own position: " + " ".join(f"{w:.
 # (B) knows nothing of A. So one layer can at best favour tokens seen earlier in the context (each earlier token is
 # a candidate), never tell which one comes next. The previous-token head of layer 0 (or heads, where several share
 # the role) is what makes the lookup possible: it writes "my previous token was A" into B's position, which layer 1's
-# query A then matches (Elhage et al. call this K-composition). The same training on one layer (whether it gains anything at all is printed):
+# query A then matches (Elhage et al. call this K-composition). The same training on one layer (whether it gains
+# anything at all is printed):
 
 # %%
 one_layer, one_history = train(1)
@@ -311,7 +312,7 @@ else:
 seconds = time.perf_counter() - started
 print(f"the whole run took {seconds:.0f} s on {os.cpu_count()} cores (load average {os.getloadavg()[0]:.2f})")
 if not args.quick:
-    assert induction[1].max() >= 0.5 and layer0_previous >= 0.5, (induction, previous)
+    assert induction[1].max() >= 0.5 and layer0_previous >= 0.8, (induction, previous)
     assert in_context_gain >= 1.0, in_context_gain
     assert ablation_gain_removed >= 0.5, gain_removed
     assert one_layer_second_copy_loss >= second_copy_loss + 1.0, (one_layer_second_copy_loss, second_copy_loss)

@@ -333,10 +333,13 @@ def _host(x):
     return x.numpy() if isinstance(x, ta.Tensor) else backend.to_host(x)
 
 
-def _on_host(recorded):
-    """What a Function got and gave, its arrays moved to NumPy (the hints compute on NumPy, on any device)."""
+def _arrays_on_host(recorded):
+    """What a Function got and gave, its arrays moved to NumPy (the hints compute on NumPy, on any device); tuples
+    and lists come back as tuples, dicts as dicts."""
     if isinstance(recorded, (tuple, list)):
-        return type(recorded)(_on_host(value) for value in recorded)
+        return tuple(_arrays_on_host(value) for value in recorded)
+    if isinstance(recorded, dict):
+        return {key: _arrays_on_host(value) for key, value in recorded.items()}
     return backend.to_host(recorded) if backend.is_array(recorded) else recorded
 
 
@@ -436,8 +439,7 @@ def _diagnosis(diagnose, slot, function, call, arrays, grad_of, verdicts):
     try:
         with F.use(**{slot: Recorded}):
             forward_backward(call, arrays, grad_of)
-        return diagnose({name: _on_host(value) for name, value in seen.items()},
-                        {what for what, why in verdicts.items() if why})
+        return diagnose(_arrays_on_host(seen), {what for what, why in verdicts.items() if why})
     except Exception:        # a hint is a bonus: when the learner's code cannot give one, the verdicts stand alone
         return []
 

@@ -273,7 +273,8 @@ def test_vit_folder_loads_its_settings_and_weights(tmp_path):
     model = models.ViT(models.ViTConfig(image_size=16, patch_size=4, in_chans=3, num_classes=3, d_model=16, depth=2,
                                         num_heads=2, norm_eps=1e-12))
     for p in model.parameters():                              # LayerNorms and biases away from 1 and 0
-        p.array += ta.tensor(0.1 * np.random.default_rng(0).normal(size=p.shape).astype(np.float32)).array
+        p.array += ta.tensor(0.1 * np.random.default_rng(0).normal(size=p.shape).astype(np.float32),
+                             device=p.device).array
     folder = vit_files(tmp_path, model, {0: "cat", 1: "dog", 2: "fish"})
     loaded = models.ViT.from_pretrained(folder)
     assert loaded.config.id2label == {0: "cat", 1: "dog", 2: "fish"} and loaded.config.norm_eps == 1e-12
