@@ -14,16 +14,18 @@ from tinyattn.cpu import split, threads, tuning
 
 from conftest import host, randn
 
+LIBRARY_MIN_LANE_ENTRIES = split.MIN_LANE_ENTRIES      # before any test's thread_count fixture sets it to 1
 cpu_only = pytest.mark.skipif(ta.get_default_device() != "cpu", reason="threads share CPU work only")
 
 
 @pytest.fixture
 def thread_count(monkeypatch):
     """Set tinyattn's thread count for one test, with small cache pieces so that small arrays still come in many,
-    and small products and attention still shared among the threads."""
+    and small products and attention still shared among the threads, flash's heads in lanes however few."""
     before = threads.get_num_threads()
     monkeypatch.setattr(split, "CACHE_PIECE", 37)
     monkeypatch.setattr(split, "MIN_SHARED_MATMUL", 1)
+    monkeypatch.setattr(split, "MIN_LANE_ENTRIES", 1)
     yield threads.set_num_threads
     threads.set_num_threads(before)
 
@@ -347,6 +349,18 @@ def test_batch_lanes_cut_the_first_axis_the_threads_divide_and_in_lane_leaves_br
     assert split.in_lane(None, lanes[1], 3) is None and split.in_lane(keys, (), 3) is keys
     thread_count(1)
     assert split.batch_lanes((4, 8), np.zeros(1)) == [()]
+
+
+@cpu_only
+@pytest.mark.parametrize("count, shape, lanes", [(2, (1, 8), 2), (4, (1, 8), 1), (8, (1, 8), 1), (4, (4, 8), 4),
+                                                 (4, (1, 16), 4)])
+def test_batch_lanes_hold_at_least_four_entries_else_the_batch_goes_whole(thread_count, monkeypatch, count, shape,
+                                                                          lanes):
+    """Lanes of fewer heads than MIN_LANE_ENTRIES make many small NumPy calls under the GIL: the batch then goes
+    as one lane (8 heads: in lanes of 4 on 2 threads, whole on 4 or 8)."""
+    thread_count(count)
+    monkeypatch.setattr(split, "MIN_LANE_ENTRIES", LIBRARY_MIN_LANE_ENTRIES)  # not the fixture's 1
+    assert len(split.batch_lanes(shape, np.zeros(1))) == lanes
 
 
 @cpu_only
