@@ -189,7 +189,8 @@ class FastFlashAttention(Function):
     and heads and in place on its scores buffer. As in FlashAttention-2, the CPU threads share out row blocks in
     forward (each is independent) and column blocks in backward (each owns its dK and dV). In backward the heads
     come in lanes, one per thread (cpu.batch_lanes), each with all its column blocks, so that every dQ row is added
-    to by one thread; where the threads do not divide the heads, each thread sums a dQ of its own. Under a causal
+    to by one thread; where the threads do not divide the heads, or a lane would hold too few (cpu.split's
+    MIN_LANE_ENTRIES: thin lanes make many small NumPy calls), each thread sums a dQ of its own. Under a causal
     mask, a block that crosses the diagonal goes in pieces of rows, each over the keys up to its last row
     (_pieces), in both passes.
 
@@ -304,7 +305,7 @@ class FastFlashAttention(Function):
                     grad_k_l[..., part_cols, :] += xp.swapaxes(grad_s, -1, -2) @ q_aug_l[..., rows, :-1]
         grad_q_shape = out.shape[:-1] + (q_aug.shape[-1] - 1,)
         # Lanes of the batch (its heads or entries), one per thread, add into places of their own: one dQ for all.
-        # Else each thread sums a dQ of its own.
+        # With one lane (cpu.batch_lanes), each thread sums a dQ of its own.
         parts = [(lane, cols) for lane in range(len(lanes)) for cols in _blocks(k.shape[-2], block_size)]
         (grad_q,) = cpu.sum_over_parts(backward_columns, parts, lambda: (xp.zeros(grad_q_shape, dtype=q_aug.dtype),),
                                        group=lambda part: part[0])
