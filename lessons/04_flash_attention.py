@@ -214,9 +214,9 @@ viz.save(fig, plot_path(args, "04_flash_memory_time.png"))
 # own. In the backward, each column block of keys owns its dK and dV, while every column block adds to all of dQ.
 # FlashAttention-2 parallelises along exactly these lines, and so does `F.flash_attention` on the CPU: tinyattn's
 # threads (`tinyattn/cpu/threads.py`) deal out row blocks in the forward and column blocks in the backward. Where
-# the threads divide the batch or the heads, each thread takes whole entries or heads and adds into their rows of dQ
-# alone; else each thread sums a dQ of its own, added up at the end, and flash's memory grows with the number of
-# threads too (still as N). `ta.set_num_threads(1)` runs the loops above exactly as written.
+# the threads divide the batch or the heads into shares of 4 or more, each thread takes whole entries or heads and
+# adds into their rows of dQ alone; else each thread sums a dQ of its own, added up at the end, and flash's memory
+# grows with the number of threads too (still as N). `ta.set_num_threads(1)` runs the loops above exactly as written.
 
 # %% [markdown]
 # ## On a GPU: the same loops as CUDA kernels
