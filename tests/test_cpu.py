@@ -353,11 +353,13 @@ def test_batch_lanes_cut_the_first_axis_the_threads_divide_and_in_lane_leaves_br
 
 @cpu_only
 @pytest.mark.parametrize("count, shape, lanes", [(2, (1, 8), 2), (4, (1, 8), 1), (8, (1, 8), 1), (4, (4, 8), 4),
-                                                 (4, (1, 16), 4)])
+                                                 (4, (1, 16), 4), (4, (6, 8), 4), (2, (3, 4), 2), (4, (2, 2, 4), 4),
+                                                 (4, (1, 2, 4), 1)])
 def test_batch_lanes_hold_at_least_four_entries_else_the_batch_goes_whole(thread_count, monkeypatch, count, shape,
                                                                           lanes):
-    """Lanes of fewer heads than MIN_LANE_ENTRIES make many small NumPy calls under the GIL: the batch then goes
-    as one lane (8 heads: in lanes of 4 on 2 threads, whole on 4 or 8)."""
+    """Lanes of fewer entries (batch entries x heads; a lane cuts one axis and keeps the others whole) than
+    MIN_LANE_ENTRIES make many small NumPy calls under the GIL: the batch then goes as one lane (8 heads: in lanes
+    of 4 on 2 threads, whole on 4 or 8; batch 6 x 8 heads on 4 threads: lanes of 12)."""
     thread_count(count)
     monkeypatch.setattr(split, "MIN_LANE_ENTRIES", LIBRARY_MIN_LANE_ENTRIES)  # not the fixture's 1
     assert len(split.batch_lanes(shape, np.zeros(1))) == lanes

@@ -43,11 +43,12 @@ SMALL_PRODUCT_KERNELS = ("skylakex", "cooperlake", "sapphirerapids")
 # size 128 blocks of 88 ran as fast as 256, at 256 blocks of 62 and at 512 of 44 ran 1.15-1.35x slower.
 MIN_SMALL_PRODUCT_BLOCK = 100
 
-# A lane of flash attention's backward (batch_lanes) holds at least this many heads (or batch entries), else the
-# whole batch goes as one lane. Thinner lanes make more, smaller NumPy calls, each taking the GIL: fwd+bwd at N=4096
-# with 8 heads (Zen 4, 2 cores) ran 405 ms in lanes of 4 heads against 432 ms in one lane on 2 threads, but 468 ms
-# in lanes of 2 against 423 ms on 4 threads, and 900 ms in lanes of 1 against 468 ms on 8; on a 16-core Xeon, lanes
-# of 1 head took 1.42 s against 0.41 s in one lane. One lane costs a dQ per thread instead of one for all.
+# A lane of flash attention's backward (batch_lanes) holds at least this many entries (batch entries x heads), else
+# the whole batch goes as one lane. Thinner lanes make more, smaller NumPy calls, each taking the GIL: fwd+bwd at
+# N=4096 with 8 heads (Zen 4, 2 cores, so 4 and 8 threads over-subscribed) ran 405 ms in lanes of 4 heads against
+# 432 ms in one lane on 2 threads, but 468 ms in lanes of 2 against 423 ms on 4 threads, and 900 ms in lanes of 1
+# against 468 ms on 8; on a 16-core Xeon, lanes of 1 head (each shared by 2 threads) took 1.42 s against 0.41 s in
+# one lane. One lane costs a dQ per thread instead of one for all.
 MIN_LANE_ENTRIES = 4
 
 
@@ -221,10 +222,10 @@ def batch_lanes(batch_shape, like):
     its own in each ([()]: one lane, the whole batch, when no axis divides, when a lane would hold fewer than
     MIN_LANE_ENTRIES entries, on one thread, and on the GPU)."""
     n = get_num_threads()
+    if n == 1 or is_cupy_array(like) or math.prod(batch_shape) // n < MIN_LANE_ENTRIES:    # a lane's entries
+        return [()]
     for axis, size in enumerate(batch_shape):
-        if n > 1 and size % n == 0 and not is_cupy_array(like):
-            if size // n * math.prod(batch_shape[axis + 1:]) < MIN_LANE_ENTRIES:
-                break
+        if size % n == 0:
             return [(slice(None),) * axis + (part,) for part in one_slice_per_thread(size)]
     return [()]
 
