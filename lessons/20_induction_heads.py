@@ -21,6 +21,13 @@
 # ambiguous. (With repeats by chance, the small models tried for this lesson spread their layer-0 attention over
 # the last few tokens instead, matching several at once: a fuzzier circuit, with no clean previous-token head.)
 #
+# The vocabulary, 256 tokens, is four times the context, for a reason found the hard way. Drawn without replacement
+# from 96 tokens, a sequence of 65 leaves only a third of them unseen by its end, so a model can lower its loss on
+# the first copy by betting on the tokens not seen yet: a habit at odds with copying a seen one. On 96 tokens, 5 of
+# 21 random starts tried (seeds 0-16 on the CPU, 0-3 on the GPU) stayed on the plateau for all 2000 steps, the
+# induction score at 0.00 (seed 9 for 3000 steps, and at learning rates from 5e-4 to 2e-3); on 256, all 16 tried
+# (seeds 0-3 and 9-16 on the CPU, 0-3 on the GPU) had left it by step 1500.
+#
 # The model is attention-only (`GPTConfig(mlp="none")`), the setting of both papers, with rotary positions (RoPE,
 # lesson 07): position enters only the queries and keys, never the residual stream, so a head's output says which
 # token it read and nothing about where, and "the previous position" is the same relative offset everywhere.
@@ -41,7 +48,7 @@ args = options(__doc__, [("--weights", dict(default=None, help="also score GPT-2
                                                                  "name (gpt2, needs the hub extra) or a folder"))])
 gpt2 = from_pretrained(args.weights, models.GPT)[0] if args.weights is not None else None     # before training
 started = time.perf_counter()
-vocab, length = (32, 24) if args.quick else (96, 64)        # context `length`; each sequence has one more token
+vocab, length = (32, 24) if args.quick else (256, 64)       # context `length`; each sequence has one more token
 min_span, max_span = (3, 8) if args.quick else (8, 32)
 steps, batch_size, every = (40, 8, 20) if args.quick else (2000, 32, 100)
 eval_tokens, eval_part = repeated_tokens(64 if args.quick else 512, length + 1, vocab, min_span, max_span,
@@ -175,13 +182,13 @@ viz.save(viz.curves({name: (np.arange(max_span), values) for name, values in by_
 
 # %% [markdown]
 # ## Which head does what
-# The scores of every head of the trained model, as (layer x head) heat maps. The induction head is one head of layer
-# 1 in every run tried. The previous-token role varies more with the random start: one layer-0 head may take it,
-# with half or more of its weight on the previous token (seeds 0 and 1 on the CPU when this was written), or three
-# heads may share it, none of them near 0.5 (seeds 2 and 3, and the GPU, whose random numbers differ). So the run
-# also prints the weight that layer 0's heads together put on the previous token, the sum of their scores, and
-# asserts that one: about one head's worth in every run tried. (A head that spread its weight evenly over the tokens
-# before it would score about 0.06 here; four such heads, 0.24.)
+# The scores of every head of the trained model, as (layer x head) heat maps. In the runs tried on 256 tokens,
+# layer 1 mostly grew three induction heads, not one, each scoring near 0.98 (one run, seed 15, grew four weaker
+# ones, near 0.5). Layer 0 gave the previous-token role to one head (0.67 to 0.84) in most runs, or shared it between
+# two (0.53 and 0.77, seed 1 on the CPU); its other heads mostly look at their own position. So the run also prints the weight
+# that layer 0's heads together put on the previous token, the sum of their scores, and asserts that it is at least
+# 0.6: it was 0.77 to 1.45 in the runs tried. (A head that spread its weight evenly over the tokens before it would
+# score about 0.06 here; four such heads, 0.24.)
 
 # %%
 previous, induction = scores(model)
@@ -235,9 +242,11 @@ viz.save(fig, plot_path(args, "20_induction_stripe.png"))
 # ## Ablation: remove a head, measure what is lost
 # Replace one head's output by its mean over the batch and positions (mean ablation: the head keeps its average
 # contribution but no longer tells one token from another) and measure the in-context gain again, one head at a
-# time. A head the lookup depends on takes much of the gain with it; a head outside the circuit, little. Where two
-# heads share a role (two previous-token heads, or two induction heads, as some seeds give), removing one leaves the
-# other to do part of the work, and each takes less. A layer-0 head with no previous-token score may matter too: the
+# time. A head the lookup depends on takes much of the gain with it; a head outside the circuit, little. Where heads
+# share a role (two previous-token heads, or the three induction heads most runs grow), removing one leaves the
+# others to do part of the work, and each alone takes less: about half of the gain in the runs tried. So the
+# induction heads are also ablated together, every layer-1 head scoring 0.5 or more; together they should take
+# nearly all of it. A layer-0 head with no previous-token score may matter too: the
 # line after the chart gives each layer-0 head's mean weight on its own position. A head that mostly looks at itself
 # adds a transformed copy of the current token to the residual stream, which layer 1 may read instead of the token
 # itself (activation patching, `interpret.patch_heads`, is how one would find out).
@@ -255,6 +264,12 @@ ablation_gain_removed = gain_removed[f"L1H{ind_head}"]
 prev_ablation_gain_removed = gain_removed[f"L0H{prev_head}"]
 print(f"ablating the induction head removes {ablation_gain_removed:.0%} of the gain, the strongest previous-token "
       f"head {prev_ablation_gain_removed:.0%}")
+induction_heads = [head for head in range(4) if induction[1, head] >= 0.5] or [ind_head]
+with interpret.ablate_heads(model, {"blocks.1.attn": induction_heads}, how="mean"):
+    first, second = copy_losses(model)
+induction_heads_gain_removed = 1 - (first - second) / in_context_gain
+print(f"ablating layer 1's induction heads together (heads {', '.join(map(str, induction_heads))}) removes "
+      f"{induction_heads_gain_removed:.0%} of the gain")
 viz.save(viz.bars(gain_removed, ylabel="fraction of the gain lost", fmt="{:.2f}",
                   title="in-context gain lost by ablating one head (L = layer, H = head)"),
          plot_path(args, "20_ablation.png"))
@@ -312,9 +327,9 @@ else:
 seconds = time.perf_counter() - started
 print(f"the whole run took {seconds:.0f} s on {os.cpu_count()} cores (load average {os.getloadavg()[0]:.2f})")
 if not args.quick:
-    assert induction[1].max() >= 0.5 and layer0_previous >= 0.8, (induction, previous)
+    assert induction[1].max() >= 0.5 and layer0_previous >= 0.6, (induction, previous)
     assert in_context_gain >= 1.0, in_context_gain
-    assert ablation_gain_removed >= 0.5, gain_removed
+    assert induction_heads_gain_removed >= 0.9, (induction_heads, induction_heads_gain_removed, gain_removed)
     assert one_layer_second_copy_loss >= second_copy_loss + 1.0, (one_layer_second_copy_loss, second_copy_loss)
     if seconds > 240:
         print(f"warning: the run took {seconds:.0f} s, above the 240 s this lesson expects on 2 cores; timings "
@@ -322,6 +337,7 @@ if not args.quick:
 report(induction_score_max=float(induction[1].max()), prev_token_score_max=float(previous[0].max()),
        prev_token_score_layer0_sum=layer0_previous,
        in_context_gain_nats=in_context_gain, ablation_gain_removed=ablation_gain_removed,
+       induction_heads_ablation_gain_removed=induction_heads_gain_removed,
        prev_token_ablation_gain_removed=prev_ablation_gain_removed, second_copy_loss=second_copy_loss,
        one_layer_second_copy_loss=one_layer_second_copy_loss, run_seconds=seconds,
        **({} if gpt2 is None else {"gpt2_prev_token_score_max": float(gpt2_previous.max()),

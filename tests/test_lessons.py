@@ -35,7 +35,8 @@ EXPECTED_KEYS = {
     "18": {"prenorm_deep_final_loss", "postnorm_deep_final_loss"},
     "19": {"complexity_params_match", "complexity_flops_match"},
     "20": {"induction_score_max", "prev_token_score_max", "prev_token_score_layer0_sum", "in_context_gain_nats",
-           "ablation_gain_removed", "second_copy_loss", "one_layer_second_copy_loss"},
+           "ablation_gain_removed", "induction_heads_ablation_gain_removed", "second_copy_loss",
+           "one_layer_second_copy_loss"},
 }
 
 
