@@ -48,7 +48,8 @@ MIN_SMALL_PRODUCT_BLOCK = 100
 # N=4096 with 8 heads (Zen 4, 2 cores, so 4 and 8 threads over-subscribed) ran 405 ms in lanes of 4 heads against
 # 432 ms in one lane on 2 threads, but 468 ms in lanes of 2 against 423 ms on 4 threads, and 900 ms in lanes of 1
 # against 468 ms on 8; on a 16-core Xeon, lanes of 1 head (each shared by 2 threads) took 1.42 s against 0.41 s in
-# one lane. One lane costs a dQ per thread instead of one for all.
+# one lane. On that Xeon's real cores (taskset, 2 runs each): 4 threads, lanes of 2 heads 375-454 ms against 249-313
+# in one lane; 8 threads, lanes of 1 head 613-648 against 196-240. One lane costs a dQ per thread instead of one.
 MIN_LANE_ENTRIES = 4
 
 
