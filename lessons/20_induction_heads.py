@@ -183,12 +183,12 @@ viz.save(viz.curves({name: (np.arange(max_span), values) for name, values in by_
 # %% [markdown]
 # ## Which head does what
 # The scores of every head of the trained model, as (layer x head) heat maps. In the runs tried on 256 tokens,
-# layer 1 mostly grew three induction heads, not one, each scoring near 0.98 (one run, seed 15, grew four weaker
-# ones, near 0.5). Layer 0 gave the previous-token role to one head (0.67 to 0.84) in most runs, or shared it between
-# two (0.53 and 0.77, seed 1 on the CPU); its other heads mostly look at their own position. So the run also prints the weight
-# that layer 0's heads together put on the previous token, the sum of their scores, and asserts that it is at least
-# 0.6: it was 0.77 to 1.45 in the runs tried. (A head that spread its weight evenly over the tokens before it would
-# score about 0.06 here; four such heads, 0.24.)
+# layer 1 mostly grew three induction heads, not one, each scoring near 0.98 (one run, seed 15 on the CPU, grew four
+# weaker ones, near 0.5). Layer 0 gave the previous-token role to one head (0.67 to 0.84) in most runs, or shared it
+# between two (0.53 and 0.77, seed 1 on the CPU); its other heads mostly look at their own position. So the run also
+# prints the weight that layer 0's heads together put on the previous token, the sum of their scores, and asserts
+# that it is at least 0.6: it was 0.77 to 1.45 in the runs tried. (A head that spread its weight evenly over the
+# tokens before it would score about 0.06 here; four such heads, 0.24.)
 
 # %%
 previous, induction = scores(model)
@@ -246,10 +246,10 @@ viz.save(fig, plot_path(args, "20_induction_stripe.png"))
 # share a role (two previous-token heads, or the three induction heads most runs grow), removing one leaves the
 # others to do part of the work, and each alone takes less: about half of the gain in the runs tried. So the
 # induction heads are also ablated together, every layer-1 head scoring 0.5 or more; together they should take
-# nearly all of it. A layer-0 head with no previous-token score may matter too: the
-# line after the chart gives each layer-0 head's mean weight on its own position. A head that mostly looks at itself
-# adds a transformed copy of the current token to the residual stream, which layer 1 may read instead of the token
-# itself (activation patching, `interpret.patch_heads`, is how one would find out).
+# nearly all of it. A layer-0 head with no previous-token score may matter too: the line after the chart gives each
+# layer-0 head's mean weight on its own position. A head that mostly looks at itself adds a transformed copy of the
+# current token to the residual stream, which layer 1 may read instead of the token itself (activation patching,
+# `interpret.patch_heads`, is how one would find out).
 
 # %%
 gain_removed = {}
