@@ -1,6 +1,7 @@
 """The CPU layer (tinyattn/cpu): sharing work among threads, cutting it into parts and pieces, BLAS held only while
 tinyattn's fast code runs, and the fast Functions giving the same answers on one thread or several."""
 import contextlib
+import math
 import threading
 import time
 
@@ -578,6 +579,29 @@ def test_models_trained_in_threads_at_once_equal_their_runs_one_after_another():
     for (model, _), expected in zip(made, alone):
         for p, want in zip(model.parameters(), expected):
             np.testing.assert_array_equal(p.numpy(), want)
+
+
+@cpu_only
+def test_fast_gelu_keeps_only_its_slope_and_makes_none_without_a_gradient(monkeypatch):
+    """The backward keeps one array, Phi(x) + x phi(x), instead of x, Phi(x) and exp(-x^2 / 2); with no gradient
+    wanted the forward makes no slope at all."""
+    from tinyattn.functional import activations
+    made = []
+    piece = activations._gelu_piece
+    monkeypatch.setattr(activations, "_gelu_piece", lambda *arrays: made.append(len(arrays)) or piece(*arrays))
+    x = randn(5, 300, seed=0, requires_grad=True)
+    y = F.gelu(x)
+    (slope,) = y._node.ctx.saved_tensors
+    wide = host(x).astype(np.float64)
+    exact = 0.5 * np.vectorize(math.erfc)(-wide / math.sqrt(2)) + wide * np.exp(-wide * wide / 2) / math.sqrt(
+        2 * math.pi)
+    np.testing.assert_allclose(host(slope).reshape(wide.shape), exact, rtol=1e-6, atol=1e-7)
+    assert set(made) == {3}
+    made.clear()
+    with ta.no_grad():
+        F.gelu(x)
+    F.gelu(x.detach())
+    assert made and set(made) == {2}
 
 
 def test_the_normal_cdf_polynomial_is_what_its_fit_script_makes():
