@@ -106,7 +106,7 @@ class FastGELU(Function):
             y, th = cpu.for_each_piece(_gelu_tanh_piece, [flat], [xp.empty_like(flat) for _ in range(2)])
             ctx.save_for_backward(x, th)
             return y.reshape(x.shape)
-        wants_grad = ctx.needs_input_grad[0] and is_grad_enabled()
+        wants_grad = ctx.needs_input_grad[0] and is_grad_enabled()    # under no_grad nothing is recorded
         y, *slope = cpu.for_each_piece(_gelu_piece, [flat], [xp.empty_like(flat) for _ in range(1 + wants_grad)])
         ctx.save_for_backward(*slope)
         return y.reshape(x.shape)
