@@ -152,6 +152,23 @@ def test_custom_function_with_ctx():
     assert y.grad_fn.function is Cube and y.grad_fn.name() == "CubeBackward"
 
 
+def test_needs_input_grad_says_which_inputs_a_gradient_will_reach():
+    seen = []
+
+    class Spy(Function):
+        @staticmethod
+        def forward(ctx, a, b):
+            seen.append(ctx.needs_input_grad)
+            return a * b
+
+    a, b = randn(2), randn(2, requires_grad=False)
+    Spy.apply(a, b)
+    with ta.no_grad():
+        Spy.apply(a, b)
+    Spy.apply(a.detach(), 2.0)
+    assert seen == [(True, False), (False, False), (False, False)]
+
+
 def test_manual_seed_makes_draws_reproducible():
     ta.manual_seed(123)
     a = ta.randn(5).numpy()

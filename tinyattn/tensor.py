@@ -75,7 +75,9 @@ class set_grad_enabled:
 
 
 class Context:
-    """What a Function's forward leaves for its backward (``ctx`` in both)."""
+    """What a Function's forward leaves for its backward (``ctx`` in both). needs_input_grad says, input by input,
+    whether a gradient will be wanted: a tensor that requires grad, while recording is on (all False under
+    no_grad, as in PyTorch), so a forward can skip what only its backward would use."""
 
     def __init__(self, needs_input_grad):
         self.needs_input_grad = needs_input_grad
@@ -452,12 +454,13 @@ class Function:
         """Run forward on the raw arrays of args and, when a gradient is wanted, record the call for backward."""
         arrays = [as_array(a) for a in args]
         _check_one_device(cls, arrays)
-        ctx = Context(tuple(isinstance(a, Tensor) and a.requires_grad for a in args))
+        recording = is_grad_enabled()                          # under no_grad no input needs a gradient
+        ctx = Context(tuple(recording and isinstance(a, Tensor) and a.requires_grad for a in args))
         output = cls.forward(ctx, *arrays, **kwargs)
         result = Tensor(output)
         inputs = [a if isinstance(a, Tensor) else None for a in args]
         _share_versions_with_viewed_input(result, inputs)
-        if is_grad_enabled() and any(ctx.needs_input_grad) and _is_float(output.dtype):
+        if any(ctx.needs_input_grad) and _is_float(output.dtype):
             result._requires_grad = True
             result._node = Node(cls, ctx, inputs, _saved_versions(ctx.saved_tensors, inputs, result), result)
         return result

@@ -4,7 +4,7 @@ import math
 from .. import cpu
 from ..backend import erfc, xp_of
 from ..ops import float_only, sigmoid_array
-from ..tensor import Function, is_grad_enabled
+from ..tensor import Function
 from . import activations_kernel, twins
 
 _SQRT_HALF = math.sqrt(0.5)
@@ -106,8 +106,8 @@ class FastGELU(Function):
             y, th = cpu.for_each_piece(_gelu_tanh_piece, [flat], [xp.empty_like(flat) for _ in range(2)])
             ctx.save_for_backward(x, th)
             return y.reshape(x.shape)
-        wants_grad = ctx.needs_input_grad[0] and is_grad_enabled()    # under no_grad nothing is recorded
-        y, *slope = cpu.for_each_piece(_gelu_piece, [flat], [xp.empty_like(flat) for _ in range(1 + wants_grad)])
+        slope_too = ctx.needs_input_grad[0]                  # none under no_grad or for an input without grad
+        y, *slope = cpu.for_each_piece(_gelu_piece, [flat], [xp.empty_like(flat) for _ in range(1 + slope_too)])
         ctx.save_for_backward(*slope)
         return y.reshape(x.shape)
 
