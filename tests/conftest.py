@@ -20,6 +20,14 @@ def _seeded():
     ta.manual_seed(0)
 
 
+@pytest.fixture(autouse=True)
+def _fast_path_by_default(monkeypatch):
+    """Each test picks its path itself (the fast one by default, `ta.reference()` where it wants the twins), so a
+    TINYATTN_REFERENCE=1 left in the shell from a lesson must not turn every fast call into its twin: fast ==
+    reference would compare the twins with themselves, and the fast path's own tests would fail."""
+    monkeypatch.delenv("TINYATTN_REFERENCE", raising=False)
+
+
 def randn(*shape, requires_grad=True, dtype="float64", seed=None, device=None):
     """A float64 leaf tensor on the test device (or the one named) with standard normal entries."""
     rng = np.random.default_rng(seed if seed is not None else hash(shape) % 2**32)
