@@ -220,6 +220,32 @@ def test_the_backward_walk_reads_a_linear_weights_gradient_only_once_written(thr
         np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
+def _topology(root, siblings):
+    """A sysfs CPU tree as Linux lays it out: cpuN/topology/thread_siblings_list names the CPUs that share N's core."""
+    for number, listed in siblings.items():
+        folder = root / f"cpu{number}" / "topology"
+        folder.mkdir(parents=True)
+        (folder / "thread_siblings_list").write_text(listed + "\n")
+    return str(root)
+
+
+def test_the_default_thread_count_is_one_per_physical_core_of_the_cpus_this_process_may_use(tmp_path, monkeypatch):
+    smt = _topology(tmp_path / "smt", {0: "0,2", 1: "1,3", 2: "0,2", 3: "1,3"})      # 2 cores, 2 hyperthreads each
+    assert threads.physical_cores({0, 1, 2, 3}, smt) == 2
+    assert threads.physical_cores({0, 2}, smt) == 1                                  # both threads of one core
+    assert threads.physical_cores({0, 1}, smt) == 2
+    ranged = _topology(tmp_path / "ranged", {0: "0-1", 1: "0-1", 2: "2-3", 3: "2-3"})
+    assert threads.physical_cores(range(4), ranged) == 2
+    assert threads.physical_cores({0, 1, 2}, str(tmp_path / "none")) == 3           # unreadable: each CPU a core
+    monkeypatch.setattr(threads, "_num_threads", None)
+    monkeypatch.delenv("TINYATTN_NUM_THREADS", raising=False)
+    monkeypatch.setattr(threads, "physical_cores", lambda: 3)
+    assert threads.get_num_threads() == 3
+    monkeypatch.setattr(threads, "_num_threads", None)
+    monkeypatch.setenv("TINYATTN_NUM_THREADS", "5")
+    assert threads.get_num_threads() == 5
+
+
 @pytest.mark.parametrize("bad, error", [(0, RuntimeError), (-2, RuntimeError), (1.5, TypeError), ("2", TypeError),
                                         (True, TypeError)])
 def test_set_num_threads_rejects_what_is_not_a_count(bad, error):

@@ -25,8 +25,21 @@ _running_jobs = set()               # Later jobs a helper runs now
 _this_thread = threading.local()    # .sharing is True while a thread works on its share (no nested sharing)
 
 
-def _cores():
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+def physical_cores(cpus=None, sysfs="/sys/devices/system/cpu"):
+    """How many physical cores the CPUs this process may run on (cpus: their numbers) belong to: tinyattn's default
+    thread count, as PyTorch's. The hyperthreads (SMT) of one core share its vector units, so a thread on each adds
+    hand-offs and thinner shares rather than speed. Read from Linux's CPU topology (the CPUs that share a core list
+    the same siblings); where that cannot be read, every CPU counts as a core."""
+    if cpus is None:
+        cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
+    siblings = set()
+    for number in cpus:
+        try:
+            with open(os.path.join(sysfs, f"cpu{number}", "topology", "thread_siblings_list")) as f:
+                siblings.add(f.read().strip())
+        except OSError:
+            return max(len(cpus), 1)
+    return max(len(siblings), 1)
 
 
 def set_num_threads(n):
@@ -44,7 +57,7 @@ def get_num_threads():
         wanted = os.environ.get("TINYATTN_NUM_THREADS", "")
         if wanted and not wanted.isdigit():
             raise RuntimeError(f"TINYATTN_NUM_THREADS must be a whole number, got {wanted!r}")
-        set_num_threads(int(wanted or 0) or _cores())
+        set_num_threads(int(wanted or 0) or physical_cores())
     return _num_threads
 
 
