@@ -325,7 +325,7 @@ else:
 
 # %%
 seconds = time.perf_counter() - started
-print(f"the whole run took {seconds:.0f} s on {os.cpu_count()} cores (load average {os.getloadavg()[0]:.2f})")
+print(f"the whole run took {seconds:.0f} s on {ta.get_num_threads()} threads (load average {os.getloadavg()[0]:.2f})")
 if not args.quick:
     assert induction[1].max() >= 0.5 and layer0_previous >= 0.6, (induction, previous)
     assert in_context_gain >= 1.0, in_context_gain
