@@ -1,12 +1,14 @@
 """python -m tinyattn.bench with arguments a user gets wrong: one line per error naming the option, exit status 2
-(as argparse's own errors), before anything runs (issue 31: tracebacks, and --heads 0 reported 0 GFLOP/s)."""
+(as argparse's own errors), before anything runs (issue 31: tracebacks, and --heads 0 reported 0 GFLOP/s); and
+python -m tinyattn.bench_rounds, which runs the README's method (rounds of runs, each in a process of its own)."""
+import os
 import subprocess
 import sys
 
 import pytest
 
 import tinyattn as ta
-from tinyattn import bench
+from tinyattn import bench, bench_rounds
 
 WRONG = {
     "--reps 0": (["attention", "--reps", "0"], ["--reps must be at least 1, got 0"]),
@@ -50,3 +52,92 @@ def test_right_arguments_pass_and_the_command_line_prints_no_traceback():
                           text=True, timeout=120)
     assert done.returncode == 2 and "Traceback" not in done.stderr and done.stdout == ""
     assert done.stderr.strip() == "python -m tinyattn.bench attention: error: --reps must be at least 1, got 0"
+
+
+# -- python -m tinyattn.bench_rounds: the README's method (rounds, each run in its own process) in one command ------
+TINY = bench_rounds.Workload("tiny flash against SDPA in parts", "attention --impl flash --n 64 --heads 2 --dim 8 "
+                             "--reps 1 --warmup 0", "tinyattn", "attention --impl naive --n 64 --heads 2 --dim 8 "
+                             "--reps 1 --warmup 0", 1.0)
+
+
+def _fake_result(seconds, mib=10.0):
+    return {"median_s": seconds, "extra_mib": mib, "machine": {}}
+
+
+def test_rounds_run_ours_then_the_peer_each_isa_in_turn_with_the_imitation_set_per_framework(monkeypatch):
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "Zen")              # a machine's own setting: native must drop it
+    calls = []
+
+    def bench(python, arguments, env):
+        calls.append((python, arguments, env))
+        return _fake_result(0.5)
+    workloads = {name: bench_rounds.WORKLOADS[name] for name in ("flash", "parts")}
+    runs = bench_rounds.run_rounds(workloads, ["native", "avx2"], 2, "/peer/python", bench=bench)
+    flash, parts = workloads["flash"], workloads["parts"]
+    one_round = [(sys.executable, flash.ours), ("/peer/python", flash.theirs), (sys.executable, parts.theirs)]
+    assert [(python, arguments) for python, arguments, _ in calls] == one_round * 4      # flash's run shared
+    assert {key: len(pairs) for key, pairs in runs.items()} == {
+        ("flash", "native"): 2, ("flash", "avx2"): 2, ("parts", "native"): 2, ("parts", "avx2"): 2}
+    for python, arguments, env in calls:
+        assert env["PYTHONPATH"].split(os.pathsep)[0] == os.path.dirname(os.path.dirname(ta.__file__))
+        assert ("--framework torch" in arguments) == (python == "/peer/python")
+    native, imitated = calls[:3], calls[3:6]
+    for _, _, env in native:
+        assert not {"OPENBLAS_CORETYPE", "NPY_DISABLE_CPU_FEATURES", "ATEN_CPU_CAPABILITY"} & set(env)
+    (_, _, ours), (_, _, torch_env), (_, _, parts_env) = imitated
+    assert ours["OPENBLAS_CORETYPE"] == "Haswell" and ours["NPY_DISABLE_CPU_FEATURES"] == "X86_V4 AVX512_ICL AVX512_SPR"
+    assert parts_env["OPENBLAS_CORETYPE"] == "Haswell" and "ATEN_CPU_CAPABILITY" not in ours
+    assert torch_env["ATEN_CPU_CAPABILITY"] == "avx2" and torch_env["ONEDNN_MAX_CPU_ISA"] == "AVX2"
+    assert "OPENBLAS_CORETYPE" not in torch_env
+
+
+def test_the_summary_is_the_median_of_the_rounds_ratios_with_their_range_and_the_ratio_of_the_medians():
+    workloads = {"flash": bench_rounds.WORKLOADS["flash"], "d128": bench_rounds.WORKLOADS["d128"]}
+    runs = {("flash", "native"): [(_fake_result(a), _fake_result(b, 20.0)) for a, b in ((1.0, 1.0), (1.2, 1.0),
+                                                                                       (0.9, 1.0))],
+            ("d128", "native"): [(_fake_result(a), _fake_result(b)) for a, b in ((2.6, 2.0), (2.6, 2.0), (2.6, 6.0))]}
+    flash, d128 = bench_rounds.summarize(workloads, runs)
+    assert flash["ratio"] == 1.0 and flash["met"] and (flash["ratio_min"], flash["ratio_max"]) == (0.9, 1.2)
+    assert flash["peer_extra_mib"] == 20.0 and flash["rounds"] == 3
+    assert d128["ratio"] == pytest.approx(1.3) and not d128["met"] and d128["target"] == 1.25
+    assert d128["ratio_of_medians"] == pytest.approx(1.3) and d128["ratio_min"] == pytest.approx(2.6 / 6)
+    text = bench_rounds.table(workloads, [flash, d128])
+    assert "| GPT train step, D=128, 3 rounds | native |" in text and "1.25x: **not met**" in text
+
+
+def test_a_real_round_in_processes_of_their_own_gives_a_table_naming_the_machine():
+    runs = bench_rounds.run_rounds({"tiny": TINY}, ["native"], 1, None)
+    (ours, theirs), = runs["tiny", "native"]
+    assert ours["impl"] == "flash" and theirs["impl"] == "naive" and ours["median_s"] > 0 and theirs["median_s"] > 0
+    (line,) = bench_rounds.machine_lines(runs)
+    assert line.startswith("native: ") and "tinyattn as its own peer" in line and "kernel" in line
+    (row,) = bench_rounds.summarize({"tiny": TINY}, runs)
+    assert row["ratio"] == pytest.approx(ours["median_s"] / theirs["median_s"])
+
+
+def test_a_failed_run_names_its_command_and_what_it_printed():
+    with pytest.raises(RuntimeError, match=r"tinyattn.bench attention --reps 0 failed with exit status 2:\n.*"
+                                           r"--reps must be at least 1"):
+        bench_rounds.bench_once(sys.executable, "attention --reps 0", bench_rounds.environment_for("tinyattn", "native"))
+
+
+@pytest.mark.parametrize("argv, cpu_isa, message", [
+    (["--workload", "parts", "--rounds", "0"], "AVX-512", "--rounds must be at least 1, got 0"),
+    (["--workload", "parts", "--isa", "avx2"], "AVX2", "--isa avx2 imitates an AVX2 CPU on an AVX-512 one; this "
+                                                       "CPU's widest is AVX2"),
+    (["--workload", "flash", "parts"], "AVX-512", "--peer-python is needed for flash"),
+    (["--workload", "d128", "--peer-python", "/no/such/python"], "AVX-512", "--peer-python /no/such/python is not"),
+])
+def test_rounds_user_errors_are_one_line_and_exit_status_2(argv, cpu_isa, message, monkeypatch, capsys):
+    monkeypatch.setattr(bench_rounds.environment, "cpu_model", lambda: ("some CPU", cpu_isa))
+    with pytest.raises(SystemExit) as stop:
+        bench_rounds.parse(argv)
+    assert stop.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("python -m tinyattn.bench_rounds: error: ") and message in line
+
+
+def test_rounds_default_to_the_imitation_too_only_on_an_avx512_cpu(monkeypatch):
+    for cpu_isa, isas in (("AVX-512", ["native", "avx2"]), ("AVX2", ["native"])):
+        monkeypatch.setattr(bench_rounds.environment, "cpu_model", lambda: ("some CPU", cpu_isa))
+        assert bench_rounds.parse(["--workload", "parts"]).isa == isas
