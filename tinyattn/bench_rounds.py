@@ -62,9 +62,9 @@ _CLEARED = {"OPENBLAS_L2_SIZE", *IMITATED_AVX2["tinyattn"], *IMITATED_AVX2["torc
 ISAS = ("native", "avx2")
 
 
-def environment_for(framework, isa, base=None):
+def environment_for(framework, isa):
     """The environment a run of framework gets under isa, with this copy of tinyattn first on the import path."""
-    env = {name: value for name, value in (os.environ if base is None else base).items() if name not in _CLEARED}
+    env = {name: value for name, value in os.environ.items() if name not in _CLEARED}
     if isa == "avx2":
         env.update(IMITATED_AVX2[framework])
     package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
