@@ -659,6 +659,19 @@ def test_exp_in_place_is_within_the_rounding_of_its_argument(by_exp2, monkeypatc
     np.testing.assert_array_equal(arrays.exp_in_place(x64.copy()), np.exp(x64))
 
 
+def test_the_cpu_is_named_with_its_family_and_model_numbers_and_its_widest_vector_instructions(tmp_path):
+    from tinyattn import environment
+    x86 = tmp_path / "x86"
+    x86.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n"
+                   "model name\t: AMD EPYC\nflags\t\t: fpu sse4_2 avx avx2 avx512f\n\n"
+                   "processor\t: 1\ncpu family\t: 25\nmodel\t\t: 17\nmodel name\t: AMD EPYC\n")
+    assert environment.cpu_model(str(x86)) == ("AMD EPYC, family 25 model 17", "AVX-512")
+    arm = tmp_path / "arm"                          # Linux on ARM: no model name or family, flags as Features
+    arm.write_text("processor\t: 0\nBogoMIPS\t: 48.00\nFeatures\t: fp asimd evtstrm aes\nCPU part\t: 0xd0c\n")
+    name, isa = environment.cpu_model(str(arm))
+    assert isa == "NEON" and "family" not in name and name
+
+
 def test_the_machine_record_names_the_simd_targets_numpy_runs_and_what_turned_them_off():
     import json
     import os

@@ -9,20 +9,25 @@ import numpy
 from . import backend, cpu
 
 
-def cpu_model():
-    """The CPU's model name (from /proc/cpuinfo on Linux) and its widest vector ISA (AVX-512, AVX2, ...)."""
-    model, flags = None, set()
-    if os.path.exists("/proc/cpuinfo"):
-        with open("/proc/cpuinfo") as info:
+def cpu_model(cpuinfo="/proc/cpuinfo"):
+    """The CPU's model name (from /proc/cpuinfo on Linux) with its x86 family and model numbers, and its widest
+    vector ISA (AVX-512, AVX2, ...). A virtual machine often names only the line ("AMD EPYC"); the numbers tell its
+    generations apart (family 25: Zen 3 at model 1, Zen 4 at 17; family 26: Zen 5)."""
+    fields, flags = {}, set()
+    if os.path.exists(cpuinfo):
+        with open(cpuinfo) as info:
             for text in info:
                 key, _, value = (part.strip() for part in text.partition(":"))
-                if key == "model name" and model is None:
-                    model = value
-                elif key == "flags" and not flags:
+                if key in ("model name", "cpu family", "model"):
+                    fields.setdefault(key, value)
+                elif key in ("flags", "Features") and not flags:
                     flags = set(value.split())
     isa = next((name for flag, name in (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("avx", "AVX"), ("sse4_2", "SSE4.2"),
                                         ("asimd", "NEON")) if flag in flags), "unknown")
-    return model or platform.processor() or platform.machine(), isa
+    model = fields.get("model name") or platform.processor() or platform.machine()
+    if "cpu family" in fields and "model" in fields:
+        model += f", family {fields['cpu family']} model {fields['model']}"
+    return model, isa
 
 
 def blas():
