@@ -221,7 +221,7 @@ def test_the_backward_walk_reads_a_linear_weights_gradient_only_once_written(thr
 
 
 def _topology(root, siblings):
-    """A sysfs CPU tree as Linux lays it out: cpuN/topology/thread_siblings_list names the CPUs that share N's core."""
+    """A sysfs CPU tree in Linux's layout: cpuN/topology/thread_siblings_list names the CPUs that share N's core."""
     for number, listed in siblings.items():
         folder = root / f"cpu{number}" / "topology"
         folder.mkdir(parents=True)
@@ -659,7 +659,7 @@ def test_exp_in_place_is_within_the_rounding_of_its_argument(by_exp2, monkeypatc
     np.testing.assert_array_equal(arrays.exp_in_place(x64.copy()), np.exp(x64))
 
 
-def test_the_cpu_is_named_with_its_family_and_model_numbers_and_its_widest_vector_instructions(tmp_path):
+def test_the_cpu_is_named_with_its_family_and_model_numbers_and_its_widest_vector_instructions(tmp_path, monkeypatch):
     from tinyattn import environment
     x86 = tmp_path / "x86"
     x86.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n"
@@ -668,8 +668,11 @@ def test_the_cpu_is_named_with_its_family_and_model_numbers_and_its_widest_vecto
     assert environment.cpu_model(str(x86)) == ("AMD EPYC, family 25 model 17", "AVX-512")
     arm = tmp_path / "arm"                          # Linux on ARM: no model name or family, flags as Features
     arm.write_text("processor\t: 0\nBogoMIPS\t: 48.00\nFeatures\t: fp asimd evtstrm aes\nCPU part\t: 0xd0c\n")
-    name, isa = environment.cpu_model(str(arm))
-    assert isa == "NEON" and "family" not in name and name
+    monkeypatch.setattr(environment.platform, "processor", lambda: "")
+    monkeypatch.setattr(environment.platform, "machine", lambda: "aarch64")
+    assert environment.cpu_model(str(arm)) == ("aarch64", "NEON")
+    arm.write_text("processor\t: 0\nFeatures\t: half thumb fastmult vfp edsp neon vfpv3\n")      # 32-bit ARM
+    assert environment.cpu_model(str(arm)) == ("aarch64", "NEON")
 
 
 def test_the_machine_record_names_the_simd_targets_numpy_runs_and_what_turned_them_off():

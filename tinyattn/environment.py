@@ -12,7 +12,7 @@ from . import backend, cpu
 def cpu_model(cpuinfo="/proc/cpuinfo"):
     """The CPU's model name (from /proc/cpuinfo on Linux) with its x86 family and model numbers, and its widest
     vector ISA (AVX-512, AVX2, ...). A virtual machine often names only the line ("AMD EPYC"); the numbers tell its
-    generations apart (family 25: Zen 3 at model 1, Zen 4 at 17; family 26: Zen 5)."""
+    generations apart (e.g. family 25 model 1 is a Zen 3, model 17 a Zen 4; family 26 is Zen 5)."""
     fields, flags = {}, set()
     if os.path.exists(cpuinfo):
         with open(cpuinfo) as info:
@@ -22,8 +22,9 @@ def cpu_model(cpuinfo="/proc/cpuinfo"):
                     fields.setdefault(key, value)
                 elif key in ("flags", "Features") and not flags:
                     flags = set(value.split())
-    isa = next((name for flag, name in (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("avx", "AVX"), ("sse4_2", "SSE4.2"),
-                                        ("asimd", "NEON")) if flag in flags), "unknown")
+    widest_first = (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("avx", "AVX"), ("sse4_2", "SSE4.2"), ("asimd", "NEON"),
+                    ("neon", "NEON"))                                 # asimd: 64-bit ARM; neon: 32-bit
+    isa = next((name for flag, name in widest_first if flag in flags), "unknown")
     model = fields.get("model name") or platform.processor() or platform.machine()
     if "cpu family" in fields and "model" in fields:
         model += f", family {fields['cpu family']} model {fields['model']}"

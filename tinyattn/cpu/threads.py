@@ -1,8 +1,8 @@
 """tinyattn's own threads: work dealt out among a few helper threads and the calling thread.
 
 NumPy releases the GIL inside its ufunc loops and BLAS calls, so plain Python threads run array code side by side.
-As in PyTorch, set_num_threads(n) (or TINYATTN_NUM_THREADS) picks how many cores tinyattn uses; 1 runs everything
-in the calling thread, exactly as written.
+As in PyTorch, set_num_threads(n) (or TINYATTN_NUM_THREADS) picks how many cores tinyattn uses, by default one per
+physical core; 1 runs everything in the calling thread, exactly as written.
 
 Two kinds of work go to the helpers, through one queue. share() deals one piece of work out and waits for it all.
 A Later job is work the calling thread does not wait for (a Linear's weight gradient, which nothing reads until the
@@ -17,7 +17,7 @@ import threading
 
 from . import tuning
 
-_num_threads = None                 # set by set_num_threads; None: $TINYATTN_NUM_THREADS, else one per core
+_num_threads = None                 # set by set_num_threads; None: $TINYATTN_NUM_THREADS, else physical_cores()
 _tasks = queue.SimpleQueue()        # shares, as (work, items, index, done queue, claim), and Later jobs
 _helpers = []
 _outstanding = set()                # Later jobs not yet finished
