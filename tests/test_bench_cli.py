@@ -1,6 +1,7 @@
 """python -m tinyattn.bench with arguments a user gets wrong: one line per error naming the option, exit status 2
 (as argparse's own errors), before anything runs (issue 31: tracebacks, and --heads 0 reported 0 GFLOP/s); and
 python -m tinyattn.bench_rounds, which runs the README's method (rounds of runs, each in a process of its own)."""
+import json
 import os
 import subprocess
 import sys
@@ -156,7 +157,6 @@ def test_a_stopped_run_keeps_the_rounds_finished_so_far_and_exits_1(tmp_path, mo
     with pytest.raises(SystemExit) as stop:
         bench_rounds.main(["--workload", "parts", "--rounds", "3", "--out", str(tmp_path / "out")])
     assert stop.value.code == 1 and "stopped: python -m tinyattn.bench ... failed" in capsys.readouterr().err
-    import json
     runs = json.loads((tmp_path / "out" / "runs.json").read_text())
     assert [(run["workload"], run["round"]) for run in runs] == [("parts", 1)]
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["rows"][0]["rounds"] == 1

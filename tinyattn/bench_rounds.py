@@ -62,7 +62,8 @@ IMITATED_AVX2 = {
     "torch": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
 }
 _CLEARED = {"OPENBLAS_L2_SIZE", "TINYATTN_REFERENCE", *IMITATED_AVX2["tinyattn"], *IMITATED_AVX2["torch"]}
-ISAS = ("native", "avx2")
+ISAS = {"native": "native", "avx2": "AVX2 imitated"}     # each instruction set and what the table calls it
+PROG = "python -m tinyattn.bench_rounds"
 
 
 def environment_for(framework, isa):
@@ -152,7 +153,7 @@ def machine_lines(runs):
             continue
         m = pairs[0][0]["machine"]
         simd = m["numpy_simd"][-1] if m.get("numpy_simd") else "baseline"
-        text = (f"{'AVX2 imitated' if isa == 'avx2' else 'native'}: {m['cpu']} ({m['isa']}); tinyattn "
+        text = (f"{ISAS[isa]}: {m['cpu']} ({m['isa']}); tinyattn "
                 f"{m['threads']} threads, NumPy {m['numpy']} with its {simd} loops, {m['blas'].get('name')} "
                 f"{m['blas'].get('kernel')} kernel")
         torch = next((b["machine"] for _, b in pairs if "torch" in b["machine"]), None)
@@ -167,9 +168,8 @@ def table(workloads, rows):
     lines = ["| workload | ISA | tinyattn | peer | ratio (rounds' range); of the medians | target |",
              "|---|---|---|---|---|---|"]
     for row in rows:
-        label = "AVX2 imitated" if row["isa"] == "avx2" else "native"
         verdict = "met" if row["met"] else "**not met**"
-        lines.append(f"| {workloads[row['workload']].description}, {row['rounds']} rounds | {label} | "
+        lines.append(f"| {workloads[row['workload']].description}, {row['rounds']} rounds | {ISAS[row['isa']]} | "
                      f"{row['tinyattn_s']:.4f} s, {row['tinyattn_extra_mib']:.0f} MiB extra | "
                      f"{row['peer_s']:.4f} s, {row['peer_extra_mib']:.0f} MiB extra | "
                      f"{row['ratio']:.2f}x ({row['ratio_min']:.2f}-{row['ratio_max']:.2f}); "
@@ -178,14 +178,14 @@ def table(workloads, rows):
 
 
 def parse(argv):
-    parser = argparse.ArgumentParser(prog="python -m tinyattn.bench_rounds", description=__doc__,
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--peer-python", metavar="PATH",
                         help="the python of an environment with PyTorch (needed for d128, d256 and flash)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of every workload (default 5)")
     parser.add_argument("--workload", nargs="+", action="extend", choices=list(WORKLOADS),
                         help="which workloads (default: all, in this order: " + ", ".join(WORKLOADS) + ")")
-    parser.add_argument("--isa", nargs="+", action="extend", choices=ISAS,
+    parser.add_argument("--isa", nargs="+", action="extend", choices=list(ISAS),
                         help="native, avx2 (imitated) or both (default: native, and avx2 too where the CPU has "
                              "AVX-512)")
     parser.add_argument("--out", metavar="DIR", help="a folder for every run's JSON (runs.json) and the summary")
@@ -238,7 +238,7 @@ def main(argv=None):
         run_rounds(workloads, args.isa, args.rounds, args.peer_python, runs=runs,
                    log=lambda text: print(text, file=sys.stderr, flush=True))
     except (RuntimeError, KeyboardInterrupt) as error:
-        print(f"python -m tinyattn.bench_rounds: stopped: {error}", file=sys.stderr)
+        print(f"{PROG}: stopped: {error}", file=sys.stderr)
         if args.out:
             _write(args.out, runs, {"rows": summarize(workloads, runs), "machine": machine_lines(runs),
                                     "stopped": str(error)})
