@@ -489,6 +489,26 @@ def test_for_each_part_keeps_the_order_of_parts_and_sum_over_parts_adds_every_th
 
 
 @cpu_only
+def test_claimed_parts_go_to_whichever_thread_comes_free_first(thread_count):
+    """With claimed=True a thread held up by a slow part leaves the rest to the other: dealt out beforehand (snake
+    order), the thread that drew part 0 would also run parts 3, 4, 7 and 8 after it."""
+    thread_count(2)
+    ran_by = {}
+
+    def work(part):
+        ran_by[part] = threading.get_ident()
+        time.sleep(0.3 if part == 0 else 0.01)
+        return part * part
+    assert split.for_each_part(work, range(10), claimed=True) == [part * part for part in range(10)]
+    assert sorted(ran_by) == list(range(10))
+    slow_thread_parts = [part for part, thread in ran_by.items() if thread == ran_by[0]]
+    assert slow_thread_parts == [0]
+    assert len(set(ran_by.values())) == 2
+    thread_count(1)
+    assert split.for_each_part(lambda part: part + 1, range(4), claimed=True) == [1, 2, 3, 4]
+
+
+@cpu_only
 @pytest.mark.parametrize("n_groups,totals_made", [(6, 1), (3, 1), (4, 3), (1, 3)])
 def test_sum_over_parts_gives_each_group_of_parts_to_one_thread_and_one_set_of_totals(thread_count, n_groups,
                                                                                      totals_made):

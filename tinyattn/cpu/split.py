@@ -63,14 +63,36 @@ def one_slice_per_thread(n):
     return slices(n, max(1, -(-n // get_num_threads())))
 
 
-def for_each_part(work, parts):
-    """[work(part) for part in parts], the parts dealt among the threads; results in the order of parts."""
+def for_each_part(work, parts, claimed=False):
+    """[work(part) for part in parts], the parts dealt among the threads; results in the order of parts.
+
+    claimed: instead of dealing the parts out beforehand, each thread claims the next part as it comes free, in
+    the order given (costliest first balances best). A thread whose core runs slower then does less: a core that
+    another process or the host's other guests share, or an efficiency core."""
     parts = list(parts)
-    numbered = share(lambda mine: [(i, work(part)) for i, part in mine], enumerate(parts))
+    if claimed:
+        claims = _Claims(enumerate(parts))
+        numbered = share(lambda _: [(i, work(part)) for i, part in claims], range(min(get_num_threads(), len(parts))))
+    else:
+        numbered = share(lambda mine: [(i, work(part)) for i, part in mine], enumerate(parts))
     results = [None] * len(parts)
     for i, result in (pair for thread in numbered for pair in thread):
         results[i] = result
     return results
+
+
+class _Claims:
+    """An iterator that several threads share: each next() hands out one item, to one thread."""
+
+    def __init__(self, items):
+        self._items, self._lock = iter(items), threading.Lock()
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        with self._lock:
+            return next(self._items)
 
 
 def sum_over_parts(work, parts, new_totals, group=None):

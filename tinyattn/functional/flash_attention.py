@@ -218,41 +218,44 @@ class FastFlashAttention(Function):
         batch = broadcast_shapes(q.shape[:-2], k.shape[:-2])
         head = q.shape[-1]
         q_aug = xp.empty(batch + q.shape[-2:-1] + (head + 1,), dtype=q.dtype)     # [scale Q, -m], m: a row's shift
-        xp.multiply(q, scale, out=q_aug[..., :head])
         column_blocks = _blocks(k.shape[-2], block_size)
-        k_aug_t = [_transposed_block_with_ones(k, cols) for cols in column_blocks]
-        v_aug = _appended(v, 1, axis=-1)            # P [v, 1] = [P V, rowsum P]: the running sum rides on the product
+        # Each column block's ([K^T; 1], [V, 1]), made by the threads together: P [V, 1] = [P V, rowsum P], the
+        # running sum rides on the product.
+        augmented = cpu.for_each_part(
+            lambda cols: (_transposed_block_with_ones(k, cols), _appended(v[..., cols, :], 1, axis=-1)), column_blocks)
         zero = xp.zeros((), dtype=q.dtype)
         out = cpu.laid_out_like(q, batch + (q.shape[-2], v.shape[-1]), q.dtype)     # as q is, often (B, T, H, E)
         row_sum_inverse = xp.empty(batch + (q.shape[-2], 1), dtype=q.dtype)     # 1 / l, 0 for a row that sees no key
         sum_range = (0.5, k.shape[-2] * min(SHIFT_HEADROOM, float(xp.finfo(q.dtype).max) ** 0.25))
 
         def visible_pieces(rows):
-            for cols, k_t in zip(column_blocks, k_aug_t):
+            for cols, (k_t, v_block) in zip(column_blocks, augmented):
                 if not _visible(rows, cols, is_causal):
                     break                                                 # the rest lie above the diagonal too
                 for part_rows, part_cols in _pieces(rows, cols, is_causal):
+                    keys = slice(0, part_cols.stop - cols.start)
                     yield (slice(part_rows.start - rows.start, part_rows.stop - rows.start), part_rows, part_cols,
-                           k_t, slice(0, part_cols.stop - cols.start))
+                           k_t, keys, v_block[..., keys, :])
 
         def sums(rows, m_known):
             """[sum_j exp(S_j - m) V_j, l] for one row block; m from the first column block unless m_known."""
             acc = xp.zeros(batch + (rows.stop - rows.start, v.shape[-1] + 1), dtype=q.dtype)     # [P V, l]
-            for mine, part_rows, part_cols, k_t, keys in visible_pieces(rows):
+            for mine, part_rows, part_cols, k_t, keys, v_keys in visible_pieces(rows):
                 p = _shifted_scores(q_aug, k_t, part_rows, part_cols, keys, mask, is_causal, take_m=not m_known)
                 cpu.exp_in_place(p)
-                acc[..., mine, :] += p @ v_aug[..., part_cols, :]
+                acc[..., mine, :] += p @ v_keys
             return acc
 
         def true_max(rows):
             """Each row's largest score over all the keys it sees; 0 for a row that sees none."""
             m = xp.full(batch + (rows.stop - rows.start, 1), -xp.inf, dtype=q.dtype)
-            for mine, part_rows, part_cols, k_t, keys in visible_pieces(rows):
+            for mine, part_rows, part_cols, k_t, keys, _ in visible_pieces(rows):
                 s = _block_scores(q_aug, k_t, part_rows, part_cols, keys, mask, is_causal, shifted=False)
                 xp.maximum(m[..., mine, :], s.max(axis=-1, keepdims=True), out=m[..., mine, :])
             return xp.where(m == -xp.inf, zero, m)
 
         def forward_rows(rows):                                          # one row block, all its column blocks
+            xp.multiply(q[..., rows, :], scale, out=q_aug[..., rows, :head])
             with silent_float_errors(q_aug, overflow=True):              # an overflow is seen below, and mended
                 acc = sums(rows, m_known=False)
             l = acc[..., -1:]
@@ -264,7 +267,8 @@ class FastFlashAttention(Function):
             inverse = row_sum_inverse[..., rows, :]
             inverse[...] = xp.where(empty, zero, 1 / xp.where(empty, 1, l))
             xp.multiply(acc[..., :-1], inverse, out=out[..., rows, :])
-        cpu.for_each_part(forward_rows, _blocks(q.shape[-2], block_size))
+        # The threads claim row blocks as they come free, the last first: under a causal mask it sees the most keys.
+        cpu.for_each_part(forward_rows, _blocks(q.shape[-2], block_size)[::-1], claimed=True)
         ctx.save_for_backward(q_aug, k, v, out, row_sum_inverse, mask)
         ctx.options = (scale, is_causal, block_size, groups)
         return merge_heads(out, groups)
@@ -276,8 +280,13 @@ class FastFlashAttention(Function):
         xp = xp_of(grad)
         grad = grad.reshape(out.shape)
         grad_aug = xp.empty(out.shape[:-1] + (v.shape[-1] + 1,), dtype=q_aug.dtype)   # [dO, -D] / l
-        xp.multiply(grad, row_sum_inverse, out=grad_aug[..., :-1])
-        xp.multiply(cpu.last_axis_sum(grad * out), -row_sum_inverse, out=grad_aug[..., -1:])  # D = rowsum(dO * O)
+
+        def scaled_grad_rows(rows):                            # by the threads together, a row block each
+            inverse = row_sum_inverse[..., rows, :]
+            xp.multiply(grad[..., rows, :], inverse, out=grad_aug[..., rows, :-1])
+            d = cpu.last_axis_sum(grad[..., rows, :] * out[..., rows, :])           # D = rowsum(dO * O)
+            xp.multiply(d, -inverse, out=grad_aug[..., rows, -1:])
+        cpu.for_each_part(scaled_grad_rows, _blocks(out.shape[-2], block_size))
         # One slot per query head (k and v are broadcast over the group axis), summed over each group at the end.
         grad_k = xp.zeros(out.shape[:-2] + k.shape[-2:], dtype=q_aug.dtype)
         grad_v = xp.zeros(out.shape[:-2] + v.shape[-2:], dtype=q_aug.dtype)
