@@ -187,12 +187,12 @@ def _shifted_scores(q_aug, k_aug_t, rows, cols, keys, mask, is_causal, take_m=Fa
 class FastFlashAttention(Function):
     """The same result as the reference, its loops arranged for the CPU. Each block step is vectorised over batch
     and heads and in place on its scores buffer. As in FlashAttention-2, the CPU threads share out row blocks in
-    forward (each is independent) and column blocks in backward (each owns its dK and dV). In backward the heads
-    come in lanes, one per thread (cpu.batch_lanes), each with all its column blocks, so that every dQ row is added
-    to by one thread; where the threads do not divide the heads, or a lane would hold too few (cpu.split's
-    MIN_LANE_ENTRIES: thin lanes make many small NumPy calls), each thread sums a dQ of its own. Under a causal
-    mask, a block that crosses the diagonal goes in pieces of rows, each over the keys up to its last row
-    (_pieces), in both passes.
+    forward (each is independent: the threads claim them as they come free, the largest first) and column blocks
+    in backward (each owns its dK and dV). In backward the heads come in lanes, one per thread (cpu.batch_lanes),
+    each with all its column blocks, so that every dQ row is added to by one thread; where the threads do not divide
+    the heads, or a lane would hold too few (cpu.split's MIN_LANE_ENTRIES: thin lanes make many small NumPy calls),
+    each thread sums a dQ of its own. Under a causal mask, a block that crosses the diagonal goes in pieces of rows,
+    each over the keys up to its last row (_pieces), in both passes.
 
     The shift. Each row's m, the number its scores are shifted by before exp, is the maximum of its scores in the
     first column block, and stays so for the rest of the row: no running maximum, no rescaling of the sums, and the
