@@ -490,22 +490,54 @@ def test_for_each_part_keeps_the_order_of_parts_and_sum_over_parts_adds_every_th
 
 @cpu_only
 def test_claimed_parts_go_to_whichever_thread_comes_free_first(thread_count):
-    """With claimed=True a thread held up by a slow part leaves the rest to the other: dealt out beforehand (snake
-    order), the thread that drew part 0 would also run parts 3, 4, 7 and 8 after it."""
+    """With claimed=True a thread held up by a part leaves the rest to the other: part 0 waits until the nine
+    others are done. Dealt out beforehand (snake order), its thread would still owe parts 3, 4, 7 and 8, and the
+    wait would time out."""
     thread_count(2)
-    ran_by = {}
+    ran_by, others_done, lock = {}, threading.Event(), threading.Lock()
 
     def work(part):
-        ran_by[part] = threading.get_ident()
-        time.sleep(0.3 if part == 0 else 0.01)
+        with lock:
+            ran_by[part] = threading.get_ident()
+        if part == 0:
+            assert others_done.wait(timeout=10), "the other thread did not take the remaining parts"
+        elif len(ran_by) == 10:
+            others_done.set()
         return part * part
     assert split.for_each_part(work, range(10), claimed=True) == [part * part for part in range(10)]
-    assert sorted(ran_by) == list(range(10))
-    slow_thread_parts = [part for part, thread in ran_by.items() if thread == ran_by[0]]
-    assert slow_thread_parts == [0]
-    assert len(set(ran_by.values())) == 2
+    assert [part for part, thread in ran_by.items() if thread == ran_by[0]] == [0]
+    assert split.for_each_part(work, [], claimed=True) == []
     thread_count(1)
     assert split.for_each_part(lambda part: part + 1, range(4), claimed=True) == [1, 2, 3, 4]
+
+
+@cpu_only
+def test_after_a_claimed_part_raises_no_more_parts_are_claimed(thread_count):
+    """Part 0 fails once the other thread is busy with parts of its own; that thread then stops claiming (without
+    the stop it would run all 99 others before the error reached the caller)."""
+    thread_count(2)
+    ran, other_began = [], threading.Event()
+
+    def work(part):
+        ran.append(part)
+        if part == 0:
+            other_began.wait(timeout=10)
+            raise ValueError("part 0 failed")
+        other_began.set()
+        time.sleep(0.01)
+    with pytest.raises(ValueError, match="part 0 failed"):
+        split.for_each_part(work, range(100), claimed=True)
+    assert len(ran) < 50
+
+
+def test_for_each_part_runs_gpu_work_in_the_calling_thread(thread_count, monkeypatch):
+    """The GPU has its own parallelism: parts of work on its arrays run one after another here, claimed or not."""
+    thread_count(2)
+    gpu_array = object()
+    monkeypatch.setattr(split, "is_cupy_array", lambda x: x is gpu_array)
+    for claimed in (False, True):
+        threads_seen = split.for_each_part(lambda part: threading.get_ident(), range(6), claimed, like=gpu_array)
+        assert threads_seen == [threading.get_ident()] * 6
 
 
 @cpu_only

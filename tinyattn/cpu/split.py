@@ -2,8 +2,8 @@
 in a core's cache. A fast Function hands a pure function of one part to these helpers; the cutting stays here.
 
 On the GPU (CuPy arrays) the helpers that cut arrays (matmul, matmuls, for_each_piece, attention_parts) leave them
-whole, in the calling thread: the GPU has its own parallelism. for_each_part and sum_over_parts deal out whatever
-parts they are given.
+whole, in the calling thread: the GPU has its own parallelism. for_each_part runs its parts in the calling thread
+when told the work is on GPU arrays (like=); sum_over_parts deals out whatever parts it is given.
 """
 import math
 import threading
@@ -63,16 +63,26 @@ def one_slice_per_thread(n):
     return slices(n, max(1, -(-n // get_num_threads())))
 
 
-def for_each_part(work, parts, claimed=False):
-    """[work(part) for part in parts], the parts dealt among the threads; results in the order of parts.
+def for_each_part(work, parts, claimed=False, like=None):
+    """[work(part) for part in parts], the parts dealt, or claimed, among the threads; results in the order of parts.
 
     claimed: instead of dealing the parts out beforehand, each thread claims the next part as it comes free, in
     the order given (costliest first balances best). A thread whose core runs slower then does less: a core that
-    another process or the host's other guests share, or an efficiency core."""
+    another process or the host's other guests share, or an efficiency core. After a part raises, no more are
+    claimed. like: an array of the work's; for GPU arrays the parts run one after another in the calling thread."""
     parts = list(parts)
+    if is_cupy_array(like):
+        return [work(part) for part in parts]
     if claimed:
         claims = _Claims(enumerate(parts))
-        numbered = share(lambda _: [(i, work(part)) for i, part in claims], range(min(get_num_threads(), len(parts))))
+
+        def run(_):
+            try:
+                return [(i, work(part)) for i, part in claims]
+            except BaseException:
+                claims.stop()
+                raise
+        numbered = share(run, range(min(get_num_threads(), len(parts))))
     else:
         numbered = share(lambda mine: [(i, work(part)) for i, part in mine], enumerate(parts))
     results = [None] * len(parts)
@@ -82,7 +92,7 @@ def for_each_part(work, parts, claimed=False):
 
 
 class _Claims:
-    """An iterator that several threads share: each next() hands out one item, to one thread."""
+    """An iterator that several threads share: each next() hands out one item, to one thread, until stop()."""
 
     def __init__(self, items):
         self._items, self._lock = iter(items), threading.Lock()
@@ -93,6 +103,10 @@ class _Claims:
     def __next__(self):
         with self._lock:
             return next(self._items)
+
+    def stop(self):
+        with self._lock:
+            self._items = iter(())
 
 
 def sum_over_parts(work, parts, new_totals, group=None):

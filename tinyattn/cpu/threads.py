@@ -125,15 +125,15 @@ def share(work, items):
     _start_helpers(n - 1)
     with tuning.blas_held():
         done = queue.SimpleQueue()
-        shares, claims = _dealt(items, n), [threading.Lock() for _ in range(n)]      # claims[t]: share t begun
+        shares, begun = _dealt(items, n), [threading.Lock() for _ in range(n)]        # begun[t]: share t begun
         for t in range(1, n):
-            _tasks.put((work, shares[t], t, done, claims[t]))
+            _tasks.put((work, shares[t], t, done, begun[t]))
         results, errors, waiting = [None] * n, [], n - 1
         _this_thread.sharing = True
         try:
             results[0] = work(shares[0])
             for t in range(1, n):
-                if _outstanding and claims[t].acquire(blocking=False):
+                if _outstanding and begun[t].acquire(blocking=False):
                     waiting -= 1
                     try:
                         results[t] = work(shares[t])
@@ -141,7 +141,7 @@ def share(work, items):
                         errors.append(error)
         except BaseException:
             for t in range(1, n):           # after an error here, the shares no helper has begun are not begun
-                if claims[t].acquire(blocking=False):
+                if begun[t].acquire(blocking=False):
                     waiting -= 1
             raise
         finally:

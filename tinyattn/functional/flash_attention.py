@@ -187,12 +187,13 @@ def _shifted_scores(q_aug, k_aug_t, rows, cols, keys, mask, is_causal, take_m=Fa
 class FastFlashAttention(Function):
     """The same result as the reference, its loops arranged for the CPU. Each block step is vectorised over batch
     and heads and in place on its scores buffer. As in FlashAttention-2, the CPU threads share out row blocks in
-    forward (each is independent: the threads claim them as they come free, the largest first) and column blocks
-    in backward (each owns its dK and dV). In backward the heads come in lanes, one per thread (cpu.batch_lanes),
-    each with all its column blocks, so that every dQ row is added to by one thread; where the threads do not divide
-    the heads, or a lane would hold too few (cpu.split's MIN_LANE_ENTRIES: thin lanes make many small NumPy calls),
-    each thread sums a dQ of its own. Under a causal mask, a block that crosses the diagonal goes in pieces of rows,
-    each over the keys up to its last row (_pieces), in both passes.
+    forward (each is independent: the threads claim them as they come free, the last, which under a causal mask sees
+    the most keys, first) and column blocks in backward (each owns its dK and dV). In backward the heads come in
+    lanes, one per thread (cpu.batch_lanes), each with all its column blocks, so that every dQ row is added to by
+    one thread; where the threads do not divide the heads, or a lane would hold too few (cpu.split's
+    MIN_LANE_ENTRIES: thin lanes make many small NumPy calls), each thread sums a dQ of its own. Under a causal
+    mask, a block that crosses the diagonal goes in pieces of rows, each over the keys up to its last row (_pieces),
+    in both passes.
 
     The shift. Each row's m, the number its scores are shifted by before exp, is the maximum of its scores in the
     first column block, and stays so for the rest of the row: no running maximum, no rescaling of the sums, and the
@@ -222,7 +223,8 @@ class FastFlashAttention(Function):
         # Each column block's ([K^T; 1], [V, 1]), made by the threads together: P [V, 1] = [P V, rowsum P], the
         # running sum rides on the product.
         augmented = cpu.for_each_part(
-            lambda cols: (_transposed_block_with_ones(k, cols), _appended(v[..., cols, :], 1, axis=-1)), column_blocks)
+            lambda cols: (_transposed_block_with_ones(k, cols), _appended(v[..., cols, :], 1, axis=-1)), column_blocks,
+            like=k)
         zero = xp.zeros((), dtype=q.dtype)
         out = cpu.laid_out_like(q, batch + (q.shape[-2], v.shape[-1]), q.dtype)     # as q is, often (B, T, H, E)
         row_sum_inverse = xp.empty(batch + (q.shape[-2], 1), dtype=q.dtype)     # 1 / l, 0 for a row that sees no key
@@ -268,7 +270,7 @@ class FastFlashAttention(Function):
             inverse[...] = xp.where(empty, zero, 1 / xp.where(empty, 1, l))
             xp.multiply(acc[..., :-1], inverse, out=out[..., rows, :])
         # The threads claim row blocks as they come free, the last first: under a causal mask it sees the most keys.
-        cpu.for_each_part(forward_rows, _blocks(q.shape[-2], block_size)[::-1], claimed=True)
+        cpu.for_each_part(forward_rows, _blocks(q.shape[-2], block_size)[::-1], claimed=True, like=q)
         ctx.save_for_backward(q_aug, k, v, out, row_sum_inverse, mask)
         ctx.options = (scale, is_causal, block_size, groups)
         return merge_heads(out, groups)
@@ -286,7 +288,7 @@ class FastFlashAttention(Function):
             xp.multiply(grad[..., rows, :], inverse, out=grad_aug[..., rows, :-1])
             d = cpu.last_axis_sum(grad[..., rows, :] * out[..., rows, :])           # D = rowsum(dO * O)
             xp.multiply(d, -inverse, out=grad_aug[..., rows, -1:])
-        cpu.for_each_part(scaled_grad_rows, _blocks(out.shape[-2], block_size))
+        cpu.for_each_part(scaled_grad_rows, _blocks(out.shape[-2], block_size), like=grad_aug)
         # One slot per query head (k and v are broadcast over the group axis), summed over each group at the end.
         grad_k = xp.zeros(out.shape[:-2] + k.shape[-2:], dtype=q_aug.dtype)
         grad_v = xp.zeros(out.shape[:-2] + v.shape[-2:], dtype=q_aug.dtype)
