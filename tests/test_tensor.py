@@ -235,3 +235,48 @@ def test_requires_grad_of_a_computed_tensor_cannot_be_changed():
     assert h.requires_grad and not h.detach().requires_grad
     x.requires_grad = False                                     # a leaf's flag changes freely
     assert not x.requires_grad
+
+
+def test_the_engine_walks_without_the_cpu_layer():
+    """tensor.py knows no speed layer: loaded without tinyattn's __init__ (which imports tinyattn.cpu), its plain
+    seams run a backward on their own."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    package = Path(ta.__file__).parent
+    script = f"""
+import sys, types
+import numpy as np
+package = types.ModuleType("tinyattn")
+package.__path__ = [{str(package)!r}]          # the package without its __init__, which would import tinyattn.cpu
+sys.modules["tinyattn"] = package
+from tinyattn import tensor
+assert "tinyattn.cpu" not in sys.modules, sorted(m for m in sys.modules if m.startswith("tinyattn"))
+
+class Square(tensor.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return 2 * x * grad
+
+x = tensor.Tensor(np.array([1.0, -2.0, 3.0]), requires_grad=True)
+y = Square.apply(Square.apply(x))               # x**4, a chain of two nodes
+y.backward(np.ones(3))
+assert np.array_equal(x.grad.array, 4 * x.array ** 3), x.grad.array
+assert "tinyattn.cpu" not in sys.modules
+print("walked")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "walked", done.stderr
+
+
+def test_the_cpu_layer_installs_its_walk_seams():
+    import importlib
+    engine = importlib.import_module("tinyattn.tensor")     # the module: ta.tensor is the function
+    assert engine._walk_seams == {"walk_scope": ta.cpu.backward_walk, "settled": ta.cpu.settled}

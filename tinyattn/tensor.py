@@ -11,9 +11,22 @@ import contextlib
 import threading
 import weakref
 
-from . import backend, cpu, printing
+from . import backend, printing
 
 _this_thread = threading.local()        # .grad_modes: this thread's grad modes, the innermost last
+
+
+# -- seams for a speed layer ----------------------------------------------------------------------------------------
+# The walk runs inside walk_scope() and reads each gradient through settled(). Plainly, these do nothing; the CPU
+# layer (tinyattn.cpu) installs its own when imported, so that a Function's backward may leave a product to a
+# helper thread during the walk and the walk waits for it before reading it. The engine knows nothing more of it.
+_walk_seams = {"walk_scope": contextlib.nullcontext, "settled": lambda grad: grad}
+
+
+def install_walk_seams(walk_scope, settled):
+    """Put a speed layer's versions in the backward walk: walk_scope() a context manager around each walk,
+    settled(grad) the gradient once it may be read (grad may be None)."""
+    _walk_seams.update(walk_scope=walk_scope, settled=settled)
 
 
 def _grad_modes():
@@ -350,11 +363,10 @@ class Tensor:
                                             for t in ((inputs,) if isinstance(inputs, Tensor) else inputs)}
         start = self._node or self
         pending = {id(start): _output_gradient(self, gradient)}  # gradients not yet passed on, by node or leaf
-        # In the walk a fast Linear leaves its weight's gradient to a helper thread (cpu.backward_walk): the walk
-        # reads every gradient through cpu.settled, which waits for one still being written.
-        with cpu.backward_walk():
+        settled = _walk_seams["settled"]
+        with _walk_seams["walk_scope"]():
             for step in reversed(_topological_order(start)):
-                grad = cpu.settled(pending.pop(id(step), None))
+                grad = settled(pending.pop(id(step), None))
                 if grad is None:
                     continue
                 is_leaf = type(step) is not Node
@@ -369,7 +381,7 @@ class Tensor:
                 for edge, edge_grad in step.input_gradients(grad):
                     # Out of place: a backward may hand the same array to several inputs.
                     pending[id(edge)] = (edge_grad if id(edge) not in pending
-                                         else cpu.settled(pending[id(edge)]) + cpu.settled(edge_grad))
+                                         else settled(pending[id(edge)]) + settled(edge_grad))
                 if not retain_graph:
                     step.release()
 

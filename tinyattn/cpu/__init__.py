@@ -20,3 +20,9 @@ from .split import (attention_block, attention_parts, backward_walk, batch_lanes
                     in_lane, matmul, matmul_later, settled, sum_over_parts)
 from .threads import get_num_threads, set_num_threads
 from .tuning import tune_allocator, tuned
+
+from ..tensor import install_walk_seams
+
+# The backward walk's seams: its scope lets matmul_later leave a weight's gradient to a helper thread, and the walk
+# reads each gradient through settled(), which waits for one still being written.
+install_walk_seams(backward_walk, settled)
