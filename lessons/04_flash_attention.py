@@ -115,8 +115,8 @@ assert backward_err < 1e-12
 # ## The package's flash attention, forward and backward, in float32
 # `F.flash_attention` runs the two functions above, vectorised over batch and heads, with masks and grouped heads:
 # `ReferenceFlashAttention` in tinyattn/functional/flash_attention.py is written in the algorithm's own names (m,
-# l, acc, L, D), and its fast twin arranges the same loops for speed. Here: causal, 8 heads, a length that is no
-# multiple of the block size; outputs and all three gradients against the naive path.
+# l, acc, L, D), and its fast twin (flash_attention_fast.py) arranges the same loops for speed. Here: causal, 8
+# heads, a length that is no multiple of the block size; outputs and all three gradients against the naive path.
 
 # %%
 ta.manual_seed(args.seed)

@@ -57,7 +57,8 @@ def test_flash_causal_pieces_cover_every_visible_score_and_little_above_the_diag
     """The fast flash path computes each block that crosses a causal diagonal in pieces of rows (MASKED_ROWS long,
     at most half the block) over the keys up to their last row: every score a query may see is computed exactly
     once, and of a square diagonal block only a triangle per piece is computed to be masked instead of half."""
-    from tinyattn.functional.flash_attention import _blocks, _pieces, _visible
+    from tinyattn.functional.flash_attention import _blocks, _visible
+    from tinyattn.functional.flash_attention_fast import _pieces
     computed = np.zeros((n_rows, n_keys), dtype=int)
     for rows in _blocks(n_rows, block):
         for cols in _blocks(n_keys, block):

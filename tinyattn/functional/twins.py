@@ -54,6 +54,13 @@ def implementation(name):
     return twin if reference_enabled() else fast
 
 
+def runs_fast(name):
+    """True when the public function `name` runs its fast twin now: neither the reference path nor a Function of
+    one's own (use) is in place. A public function asks this where it has a still faster way (the GPU's kernels)
+    that only stands in for the fast twin, without naming the fast twin's class."""
+    return name not in _in_use and not reference_enabled()
+
+
 def use(**functions):
     """Run Functions of one's own in place of the library's: `use(softmax=MySoftmax)`.
 
