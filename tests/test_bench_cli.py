@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import tinyattn as ta
-from tinyattn import bench, bench_rounds
+from tinyattn.tools import bench, bench_rounds
 
 WRONG = {
     "--reps 0": (["attention", "--reps", "0"], ["--reps must be at least 1, got 0"]),

@@ -712,7 +712,7 @@ def test_exp_in_place_is_within_the_rounding_of_its_argument(by_exp2, monkeypatc
 
 
 def test_the_cpu_is_named_with_its_family_and_model_numbers_and_its_widest_vector_instructions(tmp_path, monkeypatch):
-    from tinyattn import environment
+    from tinyattn.tools import environment
     x86 = tmp_path / "x86"
     x86.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n"
                    "model name\t: AMD EPYC\nflags\t\t: fpu sse4_2 avx avx2 avx512f\n\n"
@@ -732,13 +732,13 @@ def test_the_machine_record_names_the_simd_targets_numpy_runs_and_what_turned_th
     import os
     import subprocess
     import sys
-    from tinyattn import environment
+    from tinyattn.tools import environment
     described = environment.describe()
     assert described["numpy_simd"] == environment.numpy_simd()
     if not described["numpy_simd"]:
         pytest.skip("NumPy dispatches nothing above its baseline on this CPU")
     widest = described["numpy_simd"][-1]
-    script = "import json; from tinyattn import environment; print(json.dumps(environment.describe()))"
+    script = "import json; from tinyattn.tools import environment; print(json.dumps(environment.describe()))"
     env = dict(os.environ, NPY_DISABLE_CPU_FEATURES=widest)
     narrower = json.loads(subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
                                          check=True).stdout)

@@ -4,7 +4,7 @@ import time
 import pytest
 
 import tinyattn as ta
-from tinyattn import bench, profiler
+from tinyattn.tools import bench, profiler
 from tinyattn.cpu import threads
 from tinyattn.models import GPT, GPTConfig
 from tinyattn.tensor import Function, Tensor

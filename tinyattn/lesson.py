@@ -10,7 +10,8 @@ import json
 import os
 import sys
 
-from . import cpu, environment
+from . import cpu
+from .tools import environment
 from .backend import manual_seed
 from .hub import PretrainedError
 from .viz.display import in_notebook

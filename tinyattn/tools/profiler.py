@@ -20,8 +20,8 @@ import contextlib
 import threading
 import time
 
-from .cpu import split
-from .tensor import Function
+from ..cpu import split
+from ..tensor import Function
 
 OUTSIDE = "(no Function)"       # the row of shares made outside any Function (the optimizer's), its calls the shares
 

@@ -6,7 +6,7 @@ import platform
 
 import numpy
 
-from . import backend, cpu
+from .. import backend, cpu
 
 
 def cpu_model(cpuinfo="/proc/cpuinfo"):
