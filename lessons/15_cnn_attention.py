@@ -18,15 +18,14 @@
 # a few images.
 
 # %%
-import time
-
 import numpy as np
 
 import tinyattn as ta
 import tinyattn.functional as F
-from tinyattn import models, optim, viz
-from tinyattn.data import DigitCanvases, batches
-from tinyattn.lesson import options, plot_path, progress, quick_note, report
+from tinyattn import models, viz
+from tinyattn.data import DigitCanvases
+from tinyattn.lesson import options, plot_path, quick_note, report
+from tinyattn.lesson_training import accuracy, fit
 
 args = options(__doc__)
 data = DigitCanvases(canvas=16, scale=2, jitter=False)
@@ -101,32 +100,6 @@ assert conv_err < 1e-12
 # seconds per epoch are printed beside each accuracy.
 
 # %%
-def accuracy(model, rows):
-    model.eval()
-    with ta.no_grad():
-        logits = model(ta.tensor(data.images[rows]))
-    model.train()
-    return float((logits.numpy().argmax(-1) == data.labels[rows]).mean())
-
-
-def fit(model, name):
-    """AdamW with warm-up and cosine decay; returns test accuracy and seconds per epoch."""
-    optimizer = optim.AdamW(model.parameters(), lr=lr, weight_decay=0.05)
-    total = epochs * -(-len(train) // 64)
-    schedule = optim.LambdaLR(optimizer, optim.warmup_cosine(total // 10, total))
-    rng = np.random.default_rng(args.seed)
-    start = time.perf_counter()
-    for _ in progress(range(epochs), desc=name):
-        for idx in batches(len(train), 64, rng):
-            rows = train[idx]
-            loss = F.cross_entropy(model(ta.tensor(data.images[rows])), ta.tensor(data.labels[rows]))
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            schedule.step()
-    return accuracy(model, test), (time.perf_counter() - start) / epochs
-
-
 builders = {
     "CNN, global average pooling": lambda: models.SmallCNN(models.CNNConfig(width=16)),
     "CNN + self-attention block": lambda: models.SmallCNN(models.CNNConfig(width=16, attention=True)),
@@ -140,7 +113,8 @@ for name, build in builders.items():
     for seed in seeds[name]:
         ta.manual_seed(seed)
         model = build()
-        runs.setdefault(name, []).append(fit(model, f"{name}, seed {seed}"))
+        seconds = fit(model, data.images[train], data.labels[train], epochs, lr, seed=args.seed, desc=f"{name}, seed {seed}")
+        runs.setdefault(name, []).append((accuracy(model, data.images[test], data.labels[test]), seconds / epochs))
         trained.setdefault(name, model)                                      # keep the first seed's model to look at
 
 # %%

@@ -16,15 +16,13 @@
 # many parameters as Mobile-Former.
 
 # %%
-import time
-
 import numpy as np
 
 import tinyattn as ta
-import tinyattn.functional as F
-from tinyattn import models, optim, viz
-from tinyattn.data import DigitCanvases, batches
-from tinyattn.lesson import options, plot_path, progress, quick_note, report
+from tinyattn import models, viz
+from tinyattn.data import DigitCanvases
+from tinyattn.lesson import options, plot_path, quick_note, report
+from tinyattn.lesson_training import accuracy, fit
 
 args = options(__doc__)
 data = DigitCanvases(canvas=16, scale=2, jitter=False)
@@ -66,34 +64,10 @@ print(f"at 224x224, stride 4: {6 * pixels:,} scores per head against {pixels ** 
 
 # %% [markdown]
 # ## Training, against the CNN alone and a CNN as large
-# Same recipe for all (AdamW, warm-up and cosine decay, the same epochs and learning rate), three seeds each.
+# Same recipe for all (AdamW, warm-up and cosine decay, the same epochs and learning rate: `fit` of
+# tinyattn/lesson_training.py, which lesson 15 uses too), three seeds each.
 
 # %%
-def accuracy(model, rows, **kwargs):
-    model.eval()
-    with ta.no_grad():
-        logits = model(ta.tensor(data.images[rows]), **kwargs)
-    model.train()
-    return float((logits.numpy().argmax(-1) == data.labels[rows]).mean())
-
-
-def fit(model, name):
-    optimizer = optim.AdamW(model.parameters(), lr=lr, weight_decay=0.05)
-    total = epochs * -(-len(train) // 64)
-    schedule = optim.LambdaLR(optimizer, optim.warmup_cosine(total // 10, total))
-    rng = np.random.default_rng(args.seed)
-    start = time.perf_counter()
-    for _ in progress(range(epochs), desc=name):
-        for idx in batches(len(train), 64, rng):
-            rows = train[idx]
-            loss = F.cross_entropy(model(ta.tensor(data.images[rows])), ta.tensor(data.labels[rows]))
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            schedule.step()
-    return time.perf_counter() - start
-
-
 matched_width = 27              # SmallCNN's parameters grow as width^2: 27 comes closest to Mobile-Former's
 builders = {
     "Mobile-Former": lambda: models.MobileFormer(config),
@@ -105,10 +79,10 @@ for name, build in builders.items():
     for seed in seeds:
         ta.manual_seed(seed)
         net = build()
-        seconds = fit(net, f"{name}, seed {seed}")
-        row = {"acc": accuracy(net, test), "seconds": seconds, "params": net.num_parameters()}
+        seconds = fit(net, data.images[train], data.labels[train], epochs, lr, seed=args.seed, desc=f"{name}, seed {seed}")
+        row = {"acc": accuracy(net, data.images[test], data.labels[test]), "seconds": seconds, "params": net.num_parameters()}
         if name == "Mobile-Former":
-            row["acc_cut"] = accuracy(net, test, former_to_mobile=False)
+            row["acc_cut"] = accuracy(net, data.images[test], data.labels[test], former_to_mobile=False)
         results.setdefault(name, []).append(row)
         kept.setdefault(name, net)
 
