@@ -13,9 +13,7 @@ from .threads import Later, get_num_threads, share
 from .tuning import blas_held, blas_kernels
 
 # Elementwise work goes in pieces of this many values (512 KiB of float32), so that a chain of in-place passes over
-# one piece finds it in the core's cache instead of streaming the whole array from memory pass after pass. A piece
-# comes with companions of its size (GELU's backward reads four arrays and writes a fifth): 1 MiB pieces overflowed
-# a 2 MiB L2 and made the D=128 GPT step 2.5% slower with NumPy held to AVX2 (no change with AVX-512, or at D=256).
+# one piece, with its companions of the same size, finds them in the core's cache (docs/performance-log.md).
 CACHE_PIECE = 1 << 17
 
 # Below this many multiply-adds a matrix product is not worth handing to other threads.
@@ -34,22 +32,18 @@ ATTENTION_BLOCK = 256
 # product of at most this many multiply-adds straight from its operands: no copying them into packed panels first,
 # no zeroing of the output. They take a product whose operands are both untransposed, or whose second is transposed
 # (in OpenBLAS's column-major view: NumPy's row-major a.T @ b qualifies, a @ b.T only when tiny), as every product
-# of FastFlashAttention is. Its blocks made that small ran 5.7% faster at head size 64 (Zen 4); OpenBLAS's
-# small-product kernels for other CPUs (ARM SVE, POWER10) were not measured and get ATTENTION_BLOCK.
+# of FastFlashAttention is. Other CPUs' small-product kernels (ARM SVE, POWER10) were not measured and get
+# ATTENTION_BLOCK (docs/performance-log.md).
 SMALL_PRODUCT = 10 ** 6
 SMALL_PRODUCT_KERNELS = ("skylakex", "cooperlake", "sapphirerapids")
 
-# Blocks smaller than this cost more in Python calls and thin products than the small-product kernels save: at head
-# size 128 blocks of 88 ran as fast as 256, at 256 blocks of 62 and at 512 of 44 ran 1.15-1.35x slower.
+# Blocks smaller than this cost more in Python calls and thin products than the small-product kernels save
+# (docs/performance-log.md).
 MIN_SMALL_PRODUCT_BLOCK = 100
 
 # A lane of flash attention's backward (batch_lanes) holds at least this many entries (batch entries x heads), else
-# the whole batch goes as one lane. Thinner lanes make more, smaller NumPy calls, each taking the GIL: fwd+bwd at
-# N=4096 with 8 heads (Zen 4, 2 cores, so 4 and 8 threads over-subscribed) ran 405 ms in lanes of 4 heads against
-# 432 ms in one lane on 2 threads, but 468 ms in lanes of 2 against 423 ms on 4 threads, and 900 ms in lanes of 1
-# against 468 ms on 8; on a 16-core Xeon, lanes of 1 head (each shared by 2 threads) took 1.42 s against 0.41 s in
-# one lane. On that Xeon's real cores (taskset, 2 runs each): 4 threads, lanes of 2 heads 375-454 ms against 249-313
-# in one lane; 8 threads, lanes of 1 head 613-648 against 196-240. One lane costs a dQ per thread instead of one.
+# the whole batch goes as one lane: thinner lanes make more, smaller NumPy calls, each taking the GIL, and cost
+# more than the dQ per thread that one lane needs (docs/performance-log.md).
 MIN_LANE_ENTRIES = 4
 
 
