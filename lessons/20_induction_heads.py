@@ -239,6 +239,14 @@ viz.head_pattern(weights[1].numpy()[0, ind_head], picture[0], ax=axes[1], title=
 viz.save(fig, plot_path(args, "20_induction_stripe.png"))
 
 # %% [markdown]
+# The same sequence with every head: hover a token on the left to keep its row, or pick "all" to see each head in
+# its colour (one HTML file, no server and no network needed).
+
+# %%
+viz.save(viz.attention_html([w.numpy() for w in weights], [str(t) for t in picture[0]], layer=1, head=ind_head),
+         plot_path(args, "20_attention_view.html"))
+
+# %% [markdown]
 # ## Ablation: remove a head, measure what is lost
 # Replace one head's output by its mean over the batch and positions (mean ablation: the head keeps its average
 # contribution but no longer tells one token from another) and measure the in-context gain again, one head at a

@@ -20,7 +20,7 @@ import matplotlib
 import matplotlib.image
 import numpy
 
-from .explorer import _stack
+from .figures import stack_maps
 
 _views = itertools.count()                 # each view's elements get ids of their own: a page may hold several
 HEAD_COLOURS = "tab10"                      # "all heads": one colour per head
@@ -71,7 +71,7 @@ def attention_html(maps, tokens, key_tokens=None, title="attention", layer=0, he
     (layers, heads, T, S). tokens: the T query tokens (strings or ids); key_tokens the S key tokens, the same as
     tokens when None. layer, head: what is shown first (head=None: all heads, coloured by head).
     """
-    maps = _stack(maps)
+    maps = stack_maps(maps)
     layers, heads, queries, keys = maps.shape
     key_tokens = tokens if key_tokens is None else key_tokens
     if len(tokens) != queries or len(key_tokens) != keys:
@@ -179,7 +179,7 @@ def patch_attention_html(image, maps, grid, rollout=None, prefix_tokens=1, title
     more layer. The query is the class token, or the patch hovered or clicked; the overlay is the query's weights
     over the patches, on inferno from 0 to their largest (the PNG figure's scale).
     """
-    maps = _stack(maps)
+    maps = stack_maps(maps)
     grid_h, grid_w = grid
     tokens = maps.shape[-1]
     if tokens != prefix_tokens + grid_h * grid_w or maps.shape[-2] != tokens:
