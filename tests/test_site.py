@@ -82,6 +82,8 @@ def test_the_small_site_has_its_pages_and_fetches_nothing(small_site):
     assert "Run it yourself" in lesson and "python -m lessons 06 --step" in lesson
     assert "bits per character" in lesson                                  # a printed result, in the page
     assert "tinyattn-head-view-" in lesson                                  # the explorer, as HTML on a page
+    api = (small_site / "api/nn/index.html").read_text(encoding="utf-8")
+    assert "kv_cache_bytes_per_token" in api and "register_forward_hook" in api   # the docstrings, file by file
 
 
 def test_the_full_quick_site_fetches_nothing():
