@@ -163,6 +163,76 @@ def test_save_pretrained_round_trips_and_writes_gpt2s_layout(tmp_path):
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["config.json", "model.safetensors"]
 
 
+def small_gpt(seed, **changes):
+    ta.manual_seed(seed)
+    return models.GPT(models.GPTConfig(**{**dict(vocab_size=VOCAB, block_size=POSITIONS, n_layer=LAYERS,
+                                                 num_heads=HEADS, d_model=D, activation="gelu_tanh",
+                                                 tie_weights=True), **changes})).eval()
+
+
+def folder_bytes(folder):
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+@pytest.mark.parametrize("fault", ["fsync", "replace"])
+def test_a_failing_save_pretrained_leaves_the_whole_old_save_or_the_whole_new_one(tmp_path, monkeypatch, fault):
+    # the write of each file fails in turn (a full disk at fsync, a failing rename); other files always survive
+    old, new = small_gpt(0), small_gpt(1, vocab_size=VOCAB + 3, n_layer=1)
+    old.save_pretrained(tmp_path / "old")
+    new.save_pretrained(tmp_path / "new")
+    old_files, new_files = folder_bytes(tmp_path / "old"), folder_bytes(tmp_path / "new")
+    real, failures = getattr(os, fault), 0
+    for n in range(1, 20):
+        folder = tmp_path / f"try{n}"
+        old.save_pretrained(folder)
+        (folder / "tokenizer.json").write_text('{"model": "placed by hand"}')
+        calls = []
+
+        def failing(*args, real=real, n=n, calls=calls):
+            calls.append(args)
+            if len(calls) == n:
+                raise OSError(28, "No space left on device")
+            return real(*args)
+        monkeypatch.setattr(os, fault, failing)
+        try:
+            new.save_pretrained(folder)
+        except OSError:
+            failures += 1
+            expected = old_files
+        else:
+            expected = new_files
+        finally:
+            monkeypatch.setattr(os, fault, real)
+        files = folder_bytes(folder)
+        assert files.pop("tokenizer.json") == b'{"model": "placed by hand"}'
+        assert files == expected                                   # no mix, no temporaries, nothing set aside
+        if expected is new_files:
+            break
+    assert failures >= 2                                           # each of the two files failed once at least
+
+
+def test_save_pretrained_writes_numpy_settings_and_replaces_an_earlier_sharded_save(tmp_path):
+    ids = np.array([[3, 1, 4, 1, 5]])
+    vocab = ids.max() + 10                                          # a NumPy integer, as training code makes them
+    model = small_gpt(0, vocab_size=vocab)
+    folder = tmp_path / "out"
+    folder.mkdir()
+    for name in ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"):
+        save_file({"x": np.zeros(2, np.float32)}, str(folder / name))          # an earlier save's shards
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"x": "model-00001-of-00002"
+                                                                                        ".safetensors"}}))
+    (folder / "README.md").write_text("my model")
+    (folder / "preprocessor_config.json").write_text("{}")
+    model.save_pretrained(folder)
+    assert sorted(p.name for p in folder.iterdir()) == ["README.md", "config.json", "model.safetensors",
+                                                        "preprocessor_config.json"]
+    assert '"vocab_size": 15' in (folder / "config.json").read_text()
+    np.testing.assert_array_equal(host(models.GPT.from_pretrained(folder)(ids)), host(model(ids)))
+    with pytest.raises(TypeError, match="the setting block_size=.* is a object, which config.json cannot hold"):
+        hub.write_folder(tmp_path / "never", {"block_size": object()}, {"w": np.zeros(1)})
+    assert not (tmp_path / "never").exists()                       # refused before anything was written
+
+
 @pytest.mark.parametrize("setting, message", [
     ({"position": "rope"}, "position='rope'"), ({"norm": "rms"}, "norm='rms'"), ({"mlp": "swiglu"}, "mlp='swiglu'"),
     ({"mlp": "moe"}, "mlp='moe'"), ({"num_kv_heads": 1}, "num_kv_heads=1"), ({"bias": False}, "bias=False"),

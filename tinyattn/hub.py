@@ -7,8 +7,11 @@ model (models/hf_gpt2.py, models/hf_vit.py).
 """
 import json
 import os
+import re
 
-from .serialization import atomic_write, read_safetensors, safetensors_bytes
+import numpy
+
+from .serialization import read_safetensors, safetensors_bytes, stage
 
 WEIGHTS, INDEX, CONFIG = "model.safetensors", "model.safetensors.index.json", "config.json"
 # what a model folder holds that tinyattn reads; a hub download fetches only these
@@ -105,14 +108,68 @@ def read_weights(folder):
 
 
 def write_folder(folder, config, weights):
-    """Write config (a dict) and weights (name -> tensor or array) as a model folder; each file atomically, the
-    weights first, so a folder whose config.json is readable never has half-written weights."""
+    """Write config (a dict) and weights (name -> tensor or array) as a model folder, as one save: both files are
+    built and checked before anything in the folder changes (a setting that is not plain JSON is refused naming it),
+    then written with replace_files. An earlier save's config.json, model.safetensors, index and shards are replaced
+    or removed; every other file (tokenizer.json, preprocessor_config.json, a README) stays, as transformers keeps
+    them."""
     folder = os.fspath(folder)
-    os.makedirs(folder, exist_ok=True)
+    text = json.dumps({key: _plain(key, value) for key, value in config.items()}, indent=2, sort_keys=True) + "\n"
     data = safetensors_bytes(weights, os.path.join(folder, WEIGHTS))
-    atomic_write(os.path.join(folder, WEIGHTS), lambda file: file.write(data))
-    text = json.dumps(config, indent=2, sort_keys=True) + "\n"
-    atomic_write(os.path.join(folder, CONFIG), lambda file: file.write(text.encode("utf-8")))
+    os.makedirs(folder, exist_ok=True)
+    superseded = [n for n in os.listdir(folder) if n == INDEX or SHARD.fullmatch(n)]
+    replace_files(folder, {WEIGHTS: data, CONFIG: text.encode("utf-8")}, superseded)
+
+
+SHARD = re.compile(r"model-\d+-of-\d+\.safetensors")
+
+
+def _plain(key, value):
+    """value as JSON holds it: NumPy scalars (vocab_size=ids.max() + 1) become Python numbers; anything else that
+    JSON cannot hold is refused naming the setting."""
+    if isinstance(value, numpy.generic):
+        value = value.item()
+    if isinstance(value, (list, tuple)):
+        return [_plain(key, v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(f"{key}.{k}", v) for k, v in value.items()}
+    if value is not None and not isinstance(value, (bool, int, float, str)):
+        raise TypeError(f"save_pretrained: the setting {key}={value!r} is a {type(value).__name__}, which "
+                        "config.json cannot hold; give it as a Python number, string or boolean")
+    return value
+
+
+def replace_files(folder, files, superseded=()):
+    """Write files {name: bytes} into folder as one save and remove the superseded names: the folder never pairs
+    files of two saves. Every file is first written to a temporary (a failed write, a full disk, changes nothing);
+    then the old files are set aside, the last of files first (config.json: a crash in between leaves a folder
+    without one, which nothing loads, rather than a mix), the new files are renamed in, in order, and only then are
+    the old ones deleted; an error on the way puts the old ones back. Names that are symbolic links are written
+    through, as atomic_write does."""
+    targets = {name: os.path.realpath(os.path.join(folder, name)) for name in files}
+    staged, aside, placed = {}, [], []
+    try:
+        for name, data in files.items():
+            staged[name] = stage(targets[name], lambda file, data=data: file.write(data))
+        for path in [targets[n] for n in reversed(list(files))] + [os.path.join(folder, n) for n in superseded]:
+            if os.path.lexists(path):
+                kept = f"{os.path.join(os.path.dirname(path), '.' + os.path.basename(path))}.tmp-{os.getpid()}-old"
+                os.replace(path, kept)
+                aside.append((kept, path))
+        for name in files:
+            os.replace(staged[name], targets[name])
+            placed.append(targets[name])
+            del staged[name]
+    except BaseException:
+        for path in placed:
+            os.unlink(path)
+        for kept, path in reversed(aside):
+            os.replace(kept, path)
+        for temporary in staged.values():
+            os.unlink(temporary)
+        raise
+    for kept, _ in aside:
+        os.unlink(kept)
 
 
 def required(config, key, source):

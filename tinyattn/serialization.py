@@ -57,8 +57,20 @@ def save(obj, f):
 
 def atomic_write(path, write):
     """Call write(file) on a temporary beside path, flush it to disk and rename it over path: a crash leaves the old
-    file or the new one, never half of one."""
-    path = os.fspath(path)
+    file or the new one, never half of one. A path that is a symbolic link is written through, as open(path, "wb")
+    and torch.save write it: its target is replaced and the link stays."""
+    target = os.path.realpath(path)
+    temporary = stage(target, write)
+    try:
+        os.replace(temporary, target)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
+def stage(path, write):
+    """The name of a temporary beside path holding what write(file) wrote, flushed to disk, with the permissions a
+    plain open() gives; the caller renames it over path (or removes it). A failed write leaves nothing behind."""
     folder, name = os.path.split(os.path.abspath(path))
     _remove_orphans(folder, name)
     handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{name}.tmp-{os.getpid()}-")
@@ -68,10 +80,10 @@ def atomic_write(path, write):
             file.flush()
             os.fsync(file.fileno())
         os.chmod(temporary, 0o666 & ~_umask())      # as a plain open() would have made it, not mkstemp's 0600
-        os.replace(temporary, path)
     except BaseException:
         os.unlink(temporary)
         raise
+    return temporary
 
 
 def safetensors_bytes(state_dict, path="the file"):
