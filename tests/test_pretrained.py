@@ -271,7 +271,9 @@ def test_missing_unknown_and_absent_files_are_named(tmp_path):
         models.GPT.from_pretrained(folder)
     (folder / "model.safetensors").unlink()
     (folder / "pytorch_model.bin").write_bytes(b"\x80\x02")
-    with pytest.raises(hub.PretrainedError, match="pytorch_model.bin but no model.safetensors.*save_pretrained"):
+    with pytest.raises(hub.PretrainedError, match="pytorch_model.bin but no model.safetensors.*keeps the model's head"
+                                                  ".*AutoModelForCausalLM.*AutoModelForImageClassification.*"
+                                                  "save_pretrained"):
         models.GPT.from_pretrained(folder)
     (folder / "config.json").write_text("{not json")
     with pytest.raises(hub.PretrainedError, match="config.json is not valid JSON"):
@@ -281,6 +283,45 @@ def test_missing_unknown_and_absent_files_are_named(tmp_path):
         models.GPT.from_pretrained(folder)
     with pytest.raises(hub.PretrainedError, match="is not a folder"):
         models.GPT.from_pretrained(tmp_path / "nowhere")
+
+
+@pytest.mark.parametrize("weight_map", [["a"], None, {"wte.weight": 3}], ids=["list", "null", "shard-not-a-name"])
+def test_a_damaged_index_is_refused_naming_it(tmp_path, weight_map):
+    folder = write(tmp_path / "m", gpt2_config(), gpt2_arrays(np.random.default_rng(0)))
+    (folder / "model.safetensors").rename(folder / "model-00001-of-00001.safetensors")
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    with pytest.raises(hub.PretrainedError, match="model.safetensors.index.json is damaged: its weight_map"):
+        models.GPT.from_pretrained(folder)
+
+
+def test_deep_json_and_invalid_hub_names_are_refused_saying_so(tmp_path):
+    folder = write(tmp_path / "m", gpt2_config(), gpt2_arrays(np.random.default_rng(0)))
+    (folder / "config.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(hub.PretrainedError, match="config.json is not valid JSON .nested too deeply"):
+        models.GPT.from_pretrained(folder)
+    for name in ("gpt2/..", "-gpt2", "a/b--c", "gpt2 small"):
+        with pytest.raises(hub.PretrainedError, match="is neither a folder nor a valid Hugging Face hub name"):
+            models.GPT.from_pretrained(name)
+
+
+def test_bfloat16_files_load_as_float32_with_one_warning(tmp_path):
+    # many published checkpoints are bfloat16: its 16 bits are the high half of a float32, so widening is exact
+    arrays = {k: v.astype(np.float32) for k, v in gpt2_arrays(np.random.default_rng(0)).items()}
+    high_halves = {k: (v.view(np.uint32) >> 16).astype(np.uint16) for k, v in arrays.items()}
+    folder = tmp_path / "bf16"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(gpt2_config()))
+    header, body = {"__metadata__": {"format": "pt"}}, b""
+    for key, bits in high_halves.items():
+        header[key] = {"dtype": "BF16", "shape": list(bits.shape), "data_offsets": [len(body), len(body) + bits.nbytes]}
+        body += bits.tobytes()
+    text = json.dumps(header).encode()
+    (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(text)) + text + body)
+    with pytest.warns(UserWarning, match="bfloat16 tensors .* read as float32") as seen:
+        model = models.GPT.from_pretrained(folder)
+    assert len(seen) == 1 and model.tok_emb.weight.dtype == ta.float32
+    expected = (high_halves["wte.weight"].astype(np.uint32) << 16).view(np.float32)
+    np.testing.assert_array_equal(host(model.tok_emb.weight), expected)
 
 
 def test_a_hub_name_without_the_package_or_offline_says_what_to_do(tmp_path, monkeypatch):

@@ -18,6 +18,10 @@ WEIGHTS, INDEX, CONFIG = "model.safetensors", "model.safetensors.index.json", "c
 FILES = [CONFIG, WEIGHTS, INDEX, "model-*.safetensors", "tokenizer.json", "preprocessor_config.json"]
 
 
+# a hub repository id, as huggingface_hub checks it: name or owner/name, each part at most 96 characters
+HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]{0,95}(/[A-Za-z0-9][\w.-]{0,95})?")
+
+
 class PretrainedError(ValueError):
     """A model folder or hub name that cannot be read, saying which file or setting and what to do."""
 
@@ -31,6 +35,10 @@ def resolve(name_or_folder):
     if os.path.exists(name) or name.startswith((".", "/", "~")) or name.count("/") > 1:
         raise PretrainedError(f"{name} is not a folder; from_pretrained takes a folder holding {CONFIG} and "
                               f"{WEIGHTS}, or a Hugging Face hub name such as 'gpt2'")
+    if not HUB_NAME.fullmatch(name) or ".." in name or "--" in name:
+        raise PretrainedError(f"{name!r} is neither a folder nor a valid Hugging Face hub name (a name or "
+                              "owner/name of letters, digits, '-', '_' and '.', such as 'gpt2' or "
+                              "'openai-community/gpt2')")
     by_hand = (f"or put the files into a folder by hand (from https://huggingface.co/{name}/tree/main: {CONFIG}, "
                f"{WEIGHTS}, and tokenizer.json or preprocessor_config.json where it has them) and pass the folder")
     try:
@@ -70,6 +78,8 @@ def read_json(path, missing):
             content = json.load(file)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise PretrainedError(f"{path} is not valid JSON ({error})") from None
+    except RecursionError:
+        raise PretrainedError(f"{path} is not valid JSON (nested too deeply to read)") from None
     if not isinstance(content, dict):
         raise PretrainedError(f"{path} holds a {type(content).__name__}, not a JSON object of settings")
     return content
@@ -86,7 +96,11 @@ def read_weights(folder):
     if os.path.isfile(single):
         return read_safetensors(single)
     if os.path.isfile(index):
-        weight_map = read_json(index, f"{index} is not a file").get("weight_map", {})
+        weight_map = read_json(index, f"{index} is not a file").get("weight_map")
+        if not isinstance(weight_map, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                       for k, v in weight_map.items()):
+            raise PretrainedError(f"{index} is damaged: its weight_map must map each tensor's name to the name of "
+                                  f"its shard file, got {str(weight_map)[:200]}")
         weights = {}
         for shard in sorted(set(weight_map.values())):
             path = os.path.join(folder, shard)
@@ -101,9 +115,10 @@ def read_weights(folder):
         os.path.join(folder, n))]
     if pickled:
         raise PretrainedError(f"{folder} holds {pickled[0]} but no {WEIGHTS}. tinyattn reads safetensors only (a "
-                              ".bin is pickled and could run code); in PyTorch, convert it: model = "
-                              "AutoModel.from_pretrained(folder); model.save_pretrained(folder) writes "
-                              f"{WEIGHTS}")
+                              ".bin is pickled and could run code); in PyTorch, convert it with the class that keeps "
+                              "the model's head (AutoModel drops it): model = AutoModelForCausalLM.from_pretrained("
+                              "folder) for GPT-2 (or GPT2LMHeadModel), AutoModelForImageClassification for ViT; then "
+                              f"model.save_pretrained(folder) writes {WEIGHTS}")
     raise PretrainedError(f"{folder} holds neither {WEIGHTS} nor {INDEX}")
 
 
