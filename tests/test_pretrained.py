@@ -142,6 +142,50 @@ def test_config_decides_what_it_says(tmp_path):
     np.testing.assert_array_equal(host(model.head.weight), arrays["lm_head.weight"].astype(np.float32))
 
 
+def test_older_and_training_settings_load_as_transformers_loads_them(tmp_path):
+    arrays = gpt2_arrays(np.random.default_rng(2))
+    # three different dropouts (transformers loads them; they matter in training only), and n_ctx without
+    # n_positions, as older files give the context
+    config = gpt2_config(resid_pdrop=0.1, embd_pdrop=0.2, attn_pdrop=0.3)
+    config["n_ctx"] = config.pop("n_positions")
+    folder = write(tmp_path / "m", config, arrays)
+    model = models.GPT.from_pretrained(folder)
+    assert (model.config.dropout, model.config.block_size, model.training) == (0.1, POSITIONS, False)
+    assert models.GPT.from_pretrained(folder, dropout=0.25).config.dropout == 0.25      # nanoGPT's override_args
+    with pytest.raises(TypeError, match="overrides dropout and impl only; n_layer come from config.json"):
+        models.GPT.from_pretrained(folder, n_layer=1)
+    del config["n_ctx"]
+    write(folder, config, arrays)
+    with pytest.raises(hub.PretrainedError, match="has neither 'n_positions' nor 'n_ctx'"):
+        models.GPT.from_pretrained(folder)
+
+
+def test_a_tensor_of_the_wrong_shape_is_named_by_its_key_in_the_file(tmp_path):
+    arrays = gpt2_arrays(np.random.default_rng(2))
+    arrays["h.1.mlp.c_fc.weight"] = arrays["h.1.mlp.c_fc.weight"][:, :-1]            # (in, out) = (8, 31)
+    folder = write(tmp_path / "m", gpt2_config(), {"transformer." + k: v for k, v in arrays.items()})
+    with pytest.raises(hub.PretrainedError, match=r"m holds tensors of another shape than its config.json "
+                                                  r"describes: transformer.h.1.mlp.c_fc.weight is \(8, 31\), the "
+                                                  r"model needs \(8, 32\)$"):
+        models.GPT.from_pretrained(folder)
+
+
+def test_a_stored_lm_head_loads_as_transformers_5_loads_it(tmp_path):
+    # transformers 5 with tie_word_embeddings: both stored and equal -> tied; both stored and different -> kept
+    # apart, with a warning
+    arrays = gpt2_arrays(np.random.default_rng(2))
+    folder = write(tmp_path / "same", gpt2_config(), {**arrays, "lm_head.weight": arrays["wte.weight"]})
+    model = models.GPT.from_pretrained(folder)
+    assert model.head.weight is model.tok_emb.weight and model.config.tie_weights
+    head = np.random.default_rng(3).normal(size=(VOCAB, D))
+    folder = write(tmp_path / "differ", gpt2_config(), {**arrays, "lm_head.weight": head})
+    with pytest.warns(UserWarning, match="lm_head.weight differs from wte.weight; loading both, untied"):
+        model = models.GPT.from_pretrained(folder)
+    assert model.head.weight is not model.tok_emb.weight and not model.config.tie_weights
+    np.testing.assert_array_equal(host(model.head.weight), head.astype(np.float32))
+    np.testing.assert_array_equal(host(model.tok_emb.weight), arrays["wte.weight"].astype(np.float32))
+
+
 def test_save_pretrained_round_trips_and_writes_gpt2s_layout(tmp_path):
     ta.manual_seed(0)
     config = models.GPTConfig(vocab_size=VOCAB, block_size=POSITIONS, n_layer=LAYERS, num_heads=HEADS, d_model=D,
@@ -249,7 +293,7 @@ def test_save_pretrained_refuses_what_gpt2_cannot_express(tmp_path, setting, mes
     ({"scale_attn_weights": False}, "scale_attn_weights=False"),
     ({"add_cross_attention": True}, "add_cross_attention=True"),
     ({"activation_function": "swish"}, "activation_function='swish'"),
-    ({"attn_pdrop": 0.0}, "different dropouts"), ({"model_type": "llama"}, "is a 'llama' model"),
+    ({"model_type": "llama"}, "is a 'llama' model"),
     ({"n_head": None}, None)])
 def test_settings_gptconfig_cannot_express_are_refused_naming_the_key(tmp_path, change, message):
     config = gpt2_config(**change)
@@ -443,6 +487,33 @@ def test_tokenizer_reads_tokenizer_json(tmp_path):
     assert tokenizer.vocab_size == bpe.get_vocab_size()
 
 
+def test_decode_keeps_special_tokens_and_batch_decode_takes_generates_output(tmp_path):
+    # transformers: decode(..., skip_special_tokens=False) by default; batch_decode decodes each row
+    bpe = byte_level_bpe("the cat sat on the mat")
+    bpe.add_special_tokens(["<|endoftext|>"])
+    bpe.save(str(tmp_path / "tokenizer.json"))
+    tokenizer = data.Tokenizer.from_pretrained(tmp_path)
+    ids = tokenizer.encode("the cat<|endoftext|>the mat")
+    assert tokenizer.decode(ids) == "the cat<|endoftext|>the mat"
+    assert tokenizer.decode(ids, skip_special_tokens=True) == "the catthe mat"
+    rows = ta.tensor([tokenizer.encode("the cat"), tokenizer.encode("the mat")])          # (2, T), as generate's
+    assert tokenizer.batch_decode(rows) == ["the cat", "the mat"]
+    assert tokenizer.decode(rows[:1]) == "the cat"                                         # (1, T): its one row
+    with pytest.raises(ValueError, match="decode takes one sequence, got 2; batch_decode"):
+        tokenizer.decode(rows)
+
+
+def test_a_missing_or_foreign_tokenizer_json_says_what_it_is_and_what_to_do(tmp_path):
+    pytest.importorskip("tokenizers")
+    with pytest.raises(hub.PretrainedError, match="holds no tokenizer.json.*a prompt needs it.*huggingface.co/gpt2"):
+        data.Tokenizer.from_pretrained(tmp_path)
+    for content in ('{"a": 1}', "[]", '{"version": "1.0"}'):
+        (tmp_path / "tokenizer.json").write_text(content)
+        with pytest.raises(hub.PretrainedError, match="tokenizer.json is not a tokenizer the tokenizers package "
+                                                      "reads"):
+            data.Tokenizer.from_pretrained(tmp_path)
+
+
 # -- the lessons meet the real models (here: small ones in the same layouts) ---------------------------------------
 def run_lesson(name, weights, tmp_path):
     root = pathlib.Path(__file__).resolve().parents[1]
@@ -466,6 +537,16 @@ def test_lesson_06_meets_a_gpt2_folder_and_refuses_a_missing_one_in_one_line(tmp
     metrics = result_of(run_lesson("06", folder, tmp_path))
     assert 0 <= metrics["gpt2_prev_token_score_max"] <= 1
     assert (tmp_path / "plots" / "06_gpt2_previous_token.png").exists()
+    (folder / "tokenizer.json").unlink()
+    no_tokenizer = run_lesson("06", folder, tmp_path)
+    assert no_tokenizer.returncode != 0 and "Traceback" not in no_tokenizer.stderr
+    assert len(no_tokenizer.stderr.strip().splitlines()) == 1 and "a prompt needs it" in no_tokenizer.stderr
+    data = (folder / "model.safetensors").read_bytes()
+    (folder / "model.safetensors").write_bytes(data[:-100])           # a damaged weight file: CheckpointError
+    damaged = run_lesson("06", folder, tmp_path)
+    assert damaged.returncode != 0 and "Traceback" not in damaged.stderr
+    assert damaged.stderr.strip().splitlines()[0].startswith(f"--weights {folder}: {folder / 'model.safetensors'} "
+                                                              "is truncated")
     missing = run_lesson("06", tmp_path / "nowhere", tmp_path)
     assert missing.returncode != 0 and "Traceback" not in missing.stderr
     assert missing.stderr.strip().splitlines() == [f"--weights {tmp_path / 'nowhere'}: {tmp_path / 'nowhere'} is not "

@@ -57,13 +57,24 @@ def resolve(name_or_folder):
                               ) from None
 
 
-def load_model(cls, config_class, translation, name_or_folder):
+def load_model(cls, config_class, translation, name_or_folder, overrides=None):
     """cls(config) with the weights of a model folder or hub name, in the file's dtype and in eval mode; translation
-    is the model family's map (config_from_hf, state_dict_from_hf), e.g. models/hf_gpt2.py."""
+    is the model family's map (config_from_hf, state_dict_from_hf), e.g. models/hf_gpt2.py; overrides: settings
+    that replace config.json's (those that do not change the weights, such as dropout)."""
     folder = resolve(name_or_folder)
-    config = config_class(**translation.config_from_hf(read_config(folder), folder))
-    state = translation.state_dict_from_hf(read_weights(folder), config, folder)
-    model = cls(config).to(dtype=next(iter(state.values())).dtype)
+    config = config_class(**{**translation.config_from_hf(read_config(folder), folder), **(overrides or {})})
+    state, origin = translation.state_dict_from_hf(read_weights(folder), config, folder)
+    model = cls(config)
+    wrong = []
+    for name, own in model.state_dict().items():
+        if name in state and tuple(state[name].shape) != tuple(own.shape):
+            (key, transposed), stored, needed = origin[name], tuple(state[name].shape), tuple(own.shape)
+            wrong.append(f"{key} is {stored[::-1] if transposed else stored}, the model needs "
+                         f"{needed[::-1] if transposed else needed}")
+    if wrong:
+        raise PretrainedError(f"{folder} holds tensors of another shape than its {CONFIG} describes: "
+                              + "; ".join(wrong[:5]) + (f" (and {len(wrong) - 5} more)" if len(wrong) > 5 else ""))
+    model.to(dtype=next(iter(state.values())).dtype)
     model.load_state_dict(state)
     return model.eval()
 

@@ -14,6 +14,7 @@ from . import cpu
 from .tools import environment
 from .backend import manual_seed
 from .hub import PretrainedError
+from .serialization import CheckpointError
 from .viz.display import in_notebook, static_page
 
 PACKAGE = os.path.dirname(os.path.abspath(__file__))  # the tinyattn folder this process imported
@@ -141,8 +142,9 @@ def report(**metrics):
 
 def from_pretrained(weights, *classes):
     """Each class's from_pretrained(weights) (a model, its tokenizer, its image processor), for a lesson to call
-    before it trains anything: a folder or hub name that cannot be read stops the run at once, in one line."""
+    before it trains anything: a folder or hub name that cannot be read (a missing or damaged file, a setting or
+    tensor the model cannot take) stops the run at once, in one line."""
     try:
         return [cls.from_pretrained(weights) for cls in classes]
-    except PretrainedError as error:
+    except (PretrainedError, CheckpointError) as error:
         raise SystemExit(f"--weights {weights}: {error}") from None

@@ -124,11 +124,17 @@ class GPT(nn.Module):
         return outputs[0] if len(outputs) == 1 else outputs
 
     @classmethod
-    def from_pretrained(cls, name_or_folder):
+    def from_pretrained(cls, name_or_folder, **overrides):
         """GPT-2 from a Hugging Face folder (config.json + model.safetensors, or shards) or a hub name ('gpt2',
         'gpt2-medium', 'openai-community/gpt2', ...; needs the hub extra and the network once). The weights keep
-        the file's dtype (float32 for the published ones); .double() after, for float64. Returned in eval mode."""
-        return hub.load_model(cls, GPTConfig, hf_gpt2, name_or_folder)
+        the file's dtype (float32 for the published ones; bfloat16 is read as float32); .double() after, for
+        float64. Returned in eval mode. overrides: dropout and impl, which config.json's weights do not fix (as
+        nanoGPT's override_args), e.g. from_pretrained("gpt2", dropout=0.1) to fine-tune."""
+        fixed = sorted(set(overrides) - {"dropout", "impl"})
+        if fixed:
+            raise TypeError(f"from_pretrained overrides dropout and impl only; {', '.join(fixed)} come from "
+                            "config.json and the weights")
+        return hub.load_model(cls, GPTConfig, hf_gpt2, name_or_folder, overrides)
 
     def save_pretrained(self, folder):
         """Write config.json and model.safetensors in GPT-2's layout, which transformers'
