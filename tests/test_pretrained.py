@@ -466,6 +466,34 @@ def test_image_processor_resizes_rescales_and_normalises_as_configured(tmp_path)
         data.ImageProcessor.from_pretrained(tmp_path / "vit")
 
 
+def test_image_processor_crops_the_centre_as_transformers_does_and_refuses_what_it_does_not_apply(tmp_path):
+    # transformers: resize, then centre crop with top = (H - h) // 2 and left = (W - w) // 2 (an odd margin's
+    # extra pixel at the bottom and right); a smaller image is padded with zeros first, the odd pixel at the end
+    folder = tmp_path / "deit"
+    folder.mkdir()
+    settings = {"do_resize": True, "size": {"height": 40, "width": 40}, "resample": 3, "do_center_crop": True,
+                "crop_size": {"height": 32, "width": 32}, "do_rescale": True, "rescale_factor": 1 / 255,
+                "do_normalize": False, "do_pad": False, "image_processor_type": "DeiTImageProcessor"}
+    (folder / "preprocessor_config.json").write_text(json.dumps(settings))
+    image = np.random.default_rng(0).integers(0, 256, (50, 60, 3), dtype=np.uint8)
+    assert data.ImageProcessor.from_pretrained(folder)(image).shape == (1, 3, 32, 32)
+    (folder / "preprocessor_config.json").write_text(json.dumps({**settings, "do_resize": False,
+                                                                 "crop_size": {"height": 3, "width": 3}}))
+    ramp = np.arange(6 * 8, dtype=np.uint8).reshape(6, 8, 1).repeat(3, axis=2)      # pixel value = 8 * y + x
+    cropped = data.ImageProcessor.from_pretrained(folder)(ramp)[0, 0] * 255
+    np.testing.assert_allclose(cropped, [[8 * y + x for x in (2, 3, 4)] for y in (1, 2, 3)], atol=1e-4)
+    (folder / "preprocessor_config.json").write_text(json.dumps({**settings, "do_resize": False,
+                                                                 "crop_size": {"height": 5, "width": 4}}))
+    small = np.full((2, 1, 3), 255, np.uint8)
+    padded = data.ImageProcessor.from_pretrained(folder)(small)[0, 0]
+    assert padded.shape == (5, 4)
+    np.testing.assert_array_equal(np.argwhere(padded == 1), [[1, 1], [2, 1]])      # pads (1, 2) rows, (1, 2) cols
+    for key, value in [("crop_pct", 0.875), ("do_pad", True), ("size_divisor", 32)]:
+        (folder / "preprocessor_config.json").write_text(json.dumps({**settings, key: value}))
+        with pytest.raises(hub.PretrainedError, match=f"sets {key}, which ImageProcessor does not apply"):
+            data.ImageProcessor.from_pretrained(folder)
+
+
 def byte_level_bpe(text):
     """A byte-level BPE as GPT-2's (its pieces mark a leading space with 'Ġ'), trained on text."""
     tokenizers = pytest.importorskip("tokenizers")
