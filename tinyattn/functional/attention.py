@@ -153,4 +153,5 @@ def attention_weights(query, key, attn_mask=None, is_causal=False, scale=None, e
     """The (..., Hq, L, S) softmax weights of scaled_dot_product_attention, for plots (no graph is recorded)."""
     mask = as_array(_checked_mask(query, key, key, attn_mask, is_causal, enable_gqa, "attention_weights"))
     q, k, _, mask, groups = group_heads(query.array, key.array, key.array, mask, enable_gqa)
-    return Tensor(merge_heads(_probabilities(q, k, mask, default_scale(query, scale)), groups))
+    with cpu.blas_held():            # as inside the fast Functions: one BLAS thread, tinyattn's rounding
+        return Tensor(merge_heads(_probabilities(q, k, mask, default_scale(query, scale)), groups))

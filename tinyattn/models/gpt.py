@@ -77,6 +77,8 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
+    is_causal = True            # each position reads only the ones before it (tools such as interpret check this)
+
     def __init__(self, config):
         super().__init__()
         self.config = config
