@@ -7,14 +7,18 @@ obj ("model/blocks.0.ln1.weight"), and tinyattn.json, which records the nesting 
 reads the arrays of any tinyattn checkpoint, and any string key round-trips.
 
 Writing goes to a temporary file beside the target, flushed to disk and renamed over it, so a crash leaves the old
-checkpoint or the new one, never half of one. A temporary's name carries the writer's process id; the next save to
+checkpoint or the new one, never half of one. A path that is a symbolic link is written through: its target is
+replaced, the link stays (as open() and torch.save write through it). A temporary's name carries the writer's process id; the next save to
 the same target removes those of processes that no longer run (a killed save leaves nothing behind for long).
-Reading never unpickles: a file that is not a tinyattn checkpoint is refused, saying what it looks like.
+Reading never unpickles: a file that is not a tinyattn checkpoint is refused, saying what it looks like. A weight
+file is untrusted input: sizes it declares are checked before anything is allocated or inflated, and any damage is
+a CheckpointError naming the file.
 
-A path ending in .safetensors holds a flat state_dict (name -> tensor) in the format Hugging Face, PyTorch and timm
+A path ending in .safetensors (in any case) holds a flat state_dict (name -> tensor) in the format Hugging Face, PyTorch and timm
 exchange weights in: an 8-byte little-endian header length, a JSON header giving each tensor's dtype, shape and byte
 range, then the raw bytes. Written through the safetensors package with metadata {"format": "pt"}, as transformers
-expects; read after checking the header, so a truncated or foreign file is refused with what is wrong. Keep .npz for
+expects; read after checking the header, so a truncated or foreign file is refused with what is wrong; bfloat16
+tensors are read as float32 (exact), with a warning. Keep .npz for
 training state (optimizer, nested dicts). save and load also take an open binary file instead of a path (.npz).
 """
 import io
