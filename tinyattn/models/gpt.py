@@ -140,7 +140,9 @@ class GPT(nn.Module):
 
     def save_pretrained(self, folder):
         """Write config.json and model.safetensors in GPT-2's layout, which transformers'
-        GPT2LMHeadModel.from_pretrained(folder) reads; a model GPT-2 cannot express is refused naming the setting."""
+        GPT2LMHeadModel.from_pretrained(folder) reads; a model GPT-2 cannot express is refused naming the setting.
+        Both files are built before either replaces an earlier save's, which a failure leaves whole; the folder's
+        other files (tokenizer.json, preprocessor_config.json, a README) stay (hub.write_folder)."""
         config = hf_gpt2.config_to_hf(self.config)
         hub.write_folder(folder, config, hf_gpt2.state_dict_to_hf(self.state_dict(), self.config))
 
