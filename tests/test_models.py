@@ -198,6 +198,15 @@ def test_generate_top_p_keeps_the_smallest_set_reaching_p_and_stops_at_eos():
     assert out.tolist() == [[0, 2], [1, 2]]                                     # every sequence stopped: done
     out = host(model.generate(ta.tensor([[0, 1]]), 3, temperature=0, eos_token_id=[7, 9]))
     assert out.tolist() == [[0, 1, 2, 2, 2]]                                    # no eos drawn: all 3 tokens
+    ta.manual_seed(1)
+    model, prompt = tiny_gpt().eval(), ta.randint(0, 17, (2, 3))
+    free = host(model.generate(prompt, 6, temperature=0))
+    eos = int(free[0, 3])                                                       # row 0's first new token
+    stops = host(model.generate(prompt, 6, temperature=0, eos_token_id=eos, pad_token_id=16))
+    row1_end = next((i + 1 for i in range(3, 9) if free[1, i] == eos), 9)
+    assert stops.shape[1] == row1_end
+    assert stops[0, 3:].tolist() == [eos] + [16] * (row1_end - 4)               # stopped, then padded
+    assert stops[1].tolist() == free[1, :row1_end].tolist()                     # goes on until its own eos
 
 
 def test_crop_block_size_keeps_the_first_positions_and_the_outputs():

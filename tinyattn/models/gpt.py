@@ -169,7 +169,8 @@ class GPT(nn.Module):
         block = self.config.block_size
         stops = None if eos_token_id is None else xp.asarray(
             [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id), dtype=ids.dtype)
-        pad = pad_token_id if pad_token_id is not None else None if stops is None else int(stops[0])
+        if pad_token_id is None and stops is not None:
+            pad_token_id = int(stops[0])
         stopped = xp.zeros((ids.shape[0], 1), dtype=bool)
         caches, new_tokens = None, ids
         for _ in range(max_new_tokens):
@@ -181,7 +182,7 @@ class GPT(nn.Module):
                 logits = self(new_tokens, caches=caches)
             next_id = _next_token(logits.array[:, -1, :], temperature, top_k, top_p, xp).astype(ids.dtype)
             if stops is not None:
-                next_id = xp.where(stopped, ids.dtype.type(pad), next_id)
+                next_id = xp.where(stopped, ids.dtype.type(pad_token_id), next_id)
                 stopped = stopped | xp.isin(next_id, stops)
             ids = xp.concatenate([ids, next_id], axis=1)
             new_tokens = next_id
