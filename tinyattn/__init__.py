@@ -1,6 +1,6 @@
 """tinyattn: attention and Transformers from scratch on NumPy, with CuPy as a drop-in GPU backend."""
 from . import backend
-from .backend import (bool_, cuda_is_available, device, float16, float32, float64, int8, int16, int32, int64,
+from .backend import (Generator, bool_, cuda_is_available, device, float16, float32, float64, int8, int16, int32, int64,
                       manual_seed, set_default_device, uint8)
 from .backend import bool_ as bool  # noqa: A001 (PyTorch's names: ta.bool, ta.float, ta.long, ...)
 from .backend import default_device as get_default_device
@@ -22,7 +22,7 @@ from .cpu import get_num_threads, set_num_threads
 from . import functional
 from .functional import log_softmax, reference, softmax
 from .gradcheck import GradcheckError, gradcheck
-from . import nn, optim
+from . import nn, optim, utils
 from . import einops_backend
 from .serialization import CheckpointError, load, save
 from . import cuda
