@@ -47,6 +47,9 @@ def matmul(a, b):
             raise TypeError(f"matmul takes tensors, got a {type(x).__name__}")
         if x.ndim == 0:
             raise RuntimeError(f"matmul needs operands with at least one dim, got shapes {a.shape} and {b.shape}")
+    if a.dtype == bool or b.dtype == bool:
+        raise NotImplementedError(f"matmul does not take bool tensors (shapes {a.shape} and {b.shape}), as PyTorch: "
+                           "cast them with .float() or .long() first")
     if a.dtype != b.dtype:
         raise RuntimeError(f"matmul needs operands of one dtype, got {a.dtype} {a.shape} and {b.dtype} {b.shape}: "
                            "cast one with .to(dtype)")
