@@ -1,6 +1,7 @@
 """What people porting PyTorch code meet (issues 31 and 46): //, %, amax/amin, prod, logsumexp, and einops' max and prod
 reductions done as PyTorch's backend does them; each with PyTorch's values, dtypes and gradients, written down."""
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -345,3 +346,144 @@ def test_interpolate_gradients_and_refusals():
              "floating tensors")):
         with pytest.raises(error, match=message):
             call()
+
+
+# -- the names of three more sources, to a bound (issue 46) --------------------------------------------------------
+# Every torch name used by nanoGPT (model.py, train.py), by the PyTorch code of d2l's attention chapters and by the
+# Annotated Transformer, found in their sources (dotted torch., nn. and F. paths, and the Tensor methods they call)
+# and kept where PyTorch 2.13 has the name; the names of issue 46's sweep as well.
+NANOGPT = [
+    "torch.arange", "torch.backends.cuda.matmul.allow_tf32", "torch.backends.cudnn.allow_tf32", "torch.cat",
+    "torch.compile", "torch.cuda.amp.GradScaler", "torch.cuda.is_available", "torch.cuda.is_bf16_supported",
+    "torch.cuda.set_device", "torch.float16", "torch.float32", "torch.from_numpy", "torch.load", "torch.long",
+    "torch.manual_seed", "torch.multinomial", "torch.nn.Dropout", "torch.nn.Embedding", "torch.nn.GELU",
+    "torch.nn.Linear", "torch.nn.Module", "torch.nn.ModuleDict", "torch.nn.ModuleList", "torch.nn.Parameter",
+    "torch.nn.functional.cross_entropy", "torch.nn.functional.layer_norm",
+    "torch.nn.functional.scaled_dot_product_attention", "torch.nn.functional.softmax", "torch.nn.init.normal_",
+    "torch.nn.init.zeros_", "torch.nn.utils.clip_grad_norm_", "torch.no_grad", "torch.ones", "torch.optim.AdamW",
+    "torch.randint", "torch.save", "torch.stack", "torch.topk", "torch.tril", "torch.zeros"]
+D2L_ATTENTION = [
+    "torch.arange", "torch.bmm", "torch.cat", "torch.cos", "torch.float32", "torch.long", "torch.max",
+    "torch.nn.Dropout", "torch.nn.Embedding", "torch.nn.GELU", "torch.nn.GRU", "torch.nn.LayerNorm",
+    "torch.nn.LazyConv2d", "torch.nn.LazyLinear", "torch.nn.Linear", "torch.nn.Module", "torch.nn.Parameter",
+    "torch.nn.ReLU", "torch.nn.Sequential", "torch.nn.functional.softmax", "torch.pow", "torch.rand", "torch.randn",
+    "torch.repeat_interleave", "torch.sin", "torch.sort", "torch.tanh", "torch.tensor", "torch.unsqueeze",
+    "torch.zeros_like"]
+ANNOTATED_TRANSFORMER = [
+    "torch.FloatTensor", "torch.LongTensor", "torch.arange", "torch.cat", "torch.cos", "torch.cuda.device_count",
+    "torch.cuda.empty_cache", "torch.cuda.set_device", "torch.device", "torch.empty", "torch.exp", "torch.int64",
+    "torch.load", "torch.matmul", "torch.max", "torch.nn.Dropout", "torch.nn.Embedding", "torch.nn.KLDivLoss",
+    "torch.nn.Linear", "torch.nn.Module", "torch.nn.ModuleList", "torch.nn.Parameter", "torch.nn.Sequential",
+    "torch.nn.functional.log_softmax", "torch.nn.functional.pad", "torch.nn.init.xavier_uniform_", "torch.nonzero",
+    "torch.ones", "torch.optim.Adam", "torch.optim.Optimizer", "torch.optim.lr_scheduler.LambdaLR", "torch.randint",
+    "torch.save", "torch.sin", "torch.stack", "torch.sum", "torch.tensor", "torch.triu", "torch.uint8",
+    "torch.utils.data.DataLoader", "torch.zeros"]
+ISSUE_46_SWEEP = [
+    "torch.inf", "torch.pi", "torch.e", "torch.nan", "torch.pow", "torch.diag", "torch.isclose", "torch.equal",
+    "torch.clip", "torch.logical_not", "torch.logical_and", "torch.broadcast_to", "torch.utils.data.Dataset",
+    "torch.utils.data.TensorDataset", "torch.utils.data.DataLoader", "torch.utils.data.random_split",
+    "torch.utils.data.Subset", "torch.nn.functional.softplus", "torch.nn.functional.glu",
+    "torch.nn.functional.interpolate", "torch.Generator"]
+TENSOR_METHODS = [
+    "T", "abs", "backward", "bmm", "clone", "contiguous", "copy_", "cos", "cpu", "cuda", "data", "detach", "device",
+    "dim", "dot", "exp", "expand", "fill_", "flatten", "index_fill_", "item", "log", "masked_fill", "matmul", "max",
+    "maximum", "mean", "multinomial", "nonzero", "norm", "normal_", "numel", "numpy", "permute", "pin_memory", "pow",
+    "relu", "repeat", "repeat_interleave", "requires_grad", "requires_grad_", "reshape", "scatter_", "shape", "sin",
+    "size", "softmax", "sort", "split", "sqrt", "squeeze", "std", "sum", "t", "tanh", "to", "tolist", "topk",
+    "transpose", "tril", "triu", "type", "type_as", "unsqueeze", "view",
+    "square", "unflatten", "exp_", "relu_", "tanh_", "sigmoid_", "pow_"]                    # and the sweep's
+# What those sources use that tinyattn leaves out on purpose, each listed in the README with the reason.
+ABSENT = {
+    "torch.amp.autocast": "no automatic mixed precision", "torch.bfloat16": "NumPy has no bfloat16",
+    "torch.distributed.init_process_group": "one process on one device",
+    "torch.distributed.destroy_process_group": "one process on one device",
+    "torch.multiprocessing": "runs in one process", "torch.nn.parallel.DistributedDataParallel": None,
+    "torch.utils.data.distributed.DistributedSampler": None, "torch.nn.LazyBatchNorm1d": None}
+
+
+def _resolve(name):
+    """torch.a.b.c looked up on tinyattn (an AttributeError where it is absent)."""
+    found = ta
+    for part in name.split(".")[1:]:
+        found = getattr(found, part)
+    return found
+
+
+@pytest.mark.parametrize("source, names", [("nanoGPT", NANOGPT), ("d2l attention chapters", D2L_ATTENTION),
+                                           ("the Annotated Transformer", ANNOTATED_TRANSFORMER),
+                                           ("issue 46's sweep", ISSUE_46_SWEEP)])
+def test_every_torch_name_the_sources_use_is_here(source, names):
+    missing = []
+    for name in names:
+        try:
+            _resolve(name)
+        except AttributeError:
+            missing.append(name)
+    assert not missing, f"{source} uses {missing}"
+
+
+def test_every_tensor_method_the_sources_use_is_here():
+    assert [m for m in TENSOR_METHODS if not hasattr(ta.Tensor, m)] == []
+
+
+@pytest.mark.parametrize("name", ABSENT)
+def test_the_names_left_out_are_refused_saying_why_and_listed_in_the_readme(name):
+    with pytest.raises(AttributeError) as refused:
+        _resolve(name)
+    if ABSENT[name]:
+        assert ABSENT[name] in str(refused.value)
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    assert f"`{name}`" in readme, f"the README does not list {name} among the absent PyTorch names"
+
+
+def test_the_training_script_switches_are_kept_and_the_grad_scaler_passes_through():
+    ta.backends.cuda.matmul.allow_tf32 = True                        # nanoGPT's train.py sets these at its top
+    ta.backends.cudnn.allow_tf32 = True
+    assert ta.backends.cuda.matmul.allow_tf32 and ta.cuda.is_bf16_supported() is False
+    scaler = ta.cuda.amp.GradScaler(enabled=False)
+    w = ta.nn.Parameter(ta.tensor([1.0, 2.0]))
+    optimizer = ta.optim.SGD([w], lr=0.5)
+    loss = (w * w).sum()
+    assert scaler.scale(loss) is loss
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    scaler.step(optimizer)
+    scaler.update()
+    assert host(w).tolist() == [0, 0] and scaler.get_scale() == 1.0 and not scaler.is_enabled()
+    with pytest.warns(UserWarning, match="no mixed precision"):
+        ta.cuda.amp.GradScaler(enabled=True)
+    ta.cuda.empty_cache()
+    if not ta.cuda.is_available():
+        with pytest.raises(RuntimeError, match="no CUDA device"):
+            ta.cuda.set_device("cuda:0")
+
+
+def test_dot_pin_memory_and_multinomial_methods():
+    a, b = randn(3), randn(3)
+    assert ta.dot(a, b).shape == () and ta.dot(a, b).item() == pytest.approx(float((host(a) * host(b)).sum()))
+    assert ta.gradcheck(lambda x, y: x.dot(y), (a, b))
+    with pytest.raises(RuntimeError, match="1D tensors expected, but got 2D and 1D"):
+        ta.dot(ta.ones(2, 2), ta.ones(2))
+    with pytest.raises(RuntimeError, match="inconsistent tensor size"):
+        ta.dot(ta.ones(2), ta.ones(3))
+    x = ta.ones(2)
+    assert x.pin_memory() is x and not x.is_pinned()
+    assert host(ta.tensor([[0.0, 1.0], [1.0, 0.0]]).multinomial(1)).tolist() == [[1], [0]]
+
+
+def test_lazy_layers_take_their_input_size_from_the_first_call():
+    layer = ta.nn.LazyLinear(4)
+    optimizer = ta.optim.SGD(layer.parameters(), lr=0.1)              # made before the first call, as d2l does
+    assert layer.weight.shape == (0,)
+    y = layer(randn(2, 3, dtype="float32", requires_grad=False))
+    assert y.shape == (2, 4) and type(layer) is ta.nn.Linear and layer.in_features == 3
+    assert layer.weight.shape == (4, 3) and layer.bias.shape == (4,)
+    bound = 1 / math.sqrt(3)
+    assert (abs(host(layer.weight)) <= bound).all() and host(layer.weight).std() > 0      # Linear's own draws
+    before = host(layer.weight).copy()
+    y.sum().backward()
+    optimizer.step()
+    assert not np.array_equal(host(layer.weight), before)             # the optimizer holds the same parameter
+    conv = ta.nn.LazyConv2d(5, kernel_size=3, padding=1)
+    assert conv(ta.zeros(1, 2, 4, 4)).shape == (1, 5, 4, 4) and conv.weight.shape == (5, 2, 3, 3)
+    assert type(conv) is ta.nn.Conv2d and ta.nn.LazyLinear(2, bias=False)(ta.ones(1, 3)).shape == (1, 2)

@@ -18,7 +18,7 @@ from .in_place import change_in_place
 from .indexing import (Gather, GetItem, IndexAdd, IndexPut, MaskedFill, Scatter, ScatterAdd, Where, gather, getitem,
                        index_add, index_fill, index_put, index_select, masked_fill, nonzero, scatter, scatter_add, tril,
                        triu, where)
-from .matmul import MatMul, bmm, matmul
+from .matmul import MatMul, bmm, dot, matmul
 from .methods import install as _install_methods
 from .promotion import (Cast, accumulates_in_float32, check_one_dtype, computes_in_float, float_only,
                         in_float32_if_half, no_bool, require_float, result_dtype)

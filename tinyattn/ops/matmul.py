@@ -64,6 +64,16 @@ def matmul(a, b):
     return MatMul.apply(a, b)
 
 
+def dot(a, b):
+    """The inner product of two 1-D tensors of one size and dtype (a 0-d tensor), as torch.dot."""
+    if a.ndim != 1 or b.ndim != 1:
+        raise RuntimeError(f"dot: 1D tensors expected, but got {a.ndim}D and {b.ndim}D tensors")
+    if a.shape != b.shape:
+        raise RuntimeError(f"dot: inconsistent tensor size, expected tensors of one size, got {a.shape[0]} and "
+                           f"{b.shape[0]} elements")
+    return matmul(a, b)
+
+
 def bmm(a, b):
     """Batched matrix product of (B, n, m) and (B, m, p) tensors, as torch.bmm."""
     if a.ndim != 3 or b.ndim != 3 or a.shape[0] != b.shape[0]:

@@ -12,7 +12,7 @@ from .elementwise import (abs, add, bitwise_and, bitwise_not, bitwise_or, bitwis
                           tanh, to)
 from .indexing import (gather, getitem, index_add, index_fill, index_select, masked_fill, nonzero, scatter, scatter_add,
                        tril, triu)
-from .matmul import bmm, matmul
+from .matmul import bmm, dot, matmul
 from .reductions import (all, amax, amin, any, argmax, argmin, cumsum, logsumexp, max, mean, min, norm, prod, std, sum,
                          var)
 from .shapes import (broadcast_to, chunk, contiguous, diag, expand, flatten, flip, permute, repeat, repeat_interleave,
@@ -111,7 +111,8 @@ def install():
         "clip": clamp, "clip_": in_place.clamp_, "isclose": isclose, "equal": equal, "logical_not": logical_not,
         "logical_and": logical_and, "logical_or": logical_or, "logical_xor": logical_xor,
         "exp_": in_place.exp_, "relu_": in_place.relu_, "tanh_": in_place.tanh_, "sigmoid_": in_place.sigmoid_,
-        "pow_": in_place.pow_,
+        "pow_": in_place.pow_, "dot": dot, "multinomial": creation.multinomial,
+        "pin_memory": lambda self: self, "is_pinned": lambda self: False,       # no page-locked memory here
     }
     for name, function in methods.items():
         setattr(Tensor, name, function)
