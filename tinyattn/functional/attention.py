@@ -6,6 +6,7 @@ attention_weights recomputes the weights for plots.
 """
 from .. import cpu
 from ..backend import broadcast_shapes, xp_of
+from ..ops import require_float
 from ..tensor import Function, Tensor, as_array
 from . import twins
 from .attention_inputs import (additive_mask, attention_mask, check_attention_inputs, default_scale, group_heads,
@@ -16,7 +17,7 @@ from .softmax import softmax_array, softmax_in_place
 
 def _probabilities(q, k, mask, scale):
     """P = softmax(scale * q k^T + mask) over the keys; a row with every key masked gives zeros."""
-    scores = scale * (q @ xp_of(q).swapaxes(k, -1, -2))
+    scores = (q * scale) @ xp_of(q).swapaxes(k, -1, -2)   # scaled first: float16 q k^T can overflow before it
     if mask is not None:
         scores = scores + additive_mask(mask, q.dtype)
     return softmax_array(scores, -1)
@@ -144,6 +145,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     is_causal masks j > i (top-left aligned, as PyTorch). scale defaults to 1/sqrt(E). enable_gqa lets Hq be a
     multiple of Hkv. A query row with every key masked gives output 0 and gradient 0, never NaN.
     """
+    if not 0 <= dropout_p <= 1:
+        raise RuntimeError(f"scaled_dot_product_attention: dropout probability has to be between 0 and 1, but got "
+                           f"{dropout_p}")
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        require_float(x, f"scaled_dot_product_attention's {name}")
     mask = _checked_mask(query, key, value, attn_mask, is_causal, enable_gqa, "scaled_dot_product_attention")
     attention = twins.implementation("scaled_dot_product_attention")
     return attention.apply(query, key, value, mask, default_scale(query, scale), float(dropout_p), enable_gqa)

@@ -223,9 +223,12 @@ class Module:
             p.requires_grad = flag
         return self
 
-    def to(self, *args, dtype=None, device=None):
-        """Move (and/or cast) every parameter and buffer in place: module.to("cuda"), module.to("float64")."""
-        dtype, device = to_args(args, dtype, device)
+    def to(self, *args, dtype=None, device=None, non_blocking=False):
+        """Move (and/or cast) every parameter and buffer in place and return the module, in PyTorch's forms:
+        module.to(device), module.to("cuda"), module.to(float64), module.to(device, dtype), module.to(tensor)."""
+        dtype, device, _ = to_args(args, dtype, device, non_blocking)
+        if dtype is not None and dtype.kind != "f":
+            raise TypeError(f"nn.Module.to only accepts floating point dtypes, but got desired dtype={dtype}")
 
         def convert(array):                 # dtype changes floating arrays only, as PyTorch's
             if device is not None:
