@@ -26,6 +26,7 @@ from . import nn, optim
 from . import einops_backend
 from .serialization import CheckpointError, load, save
 from . import cuda
+from .tools.memory import memory_report
 
 __version__ = "0.1.0"
 
