@@ -107,7 +107,7 @@ def flash_frame(records, step, output=None, grads=None, figsize=(11, 3.6)):
         ax.barh(rows, numpy.nan_to_num(s["m"]), height=1.0, color="tab:blue", alpha=0.7, label="m")
         ax.barh(rows, numpy.nan_to_num(numpy.log(s["l"])), left=numpy.nan_to_num(s["m"]), height=1.0,
                 color="tab:orange", alpha=0.7, label="log l (m + log l: L)")
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.06), ncol=2)
         ax.set_title("running max m and log l per row", fontsize=9)
     else:
         ax.barh(rows, numpy.linalg.norm(s["partial"], axis=1), height=1.0, color="tab:green")
