@@ -145,7 +145,14 @@ def test_a_tensor_without_a_graph_is_refused():
 
 
 @pytest.mark.gpu
-def test_the_report_counts_cupy_arrays():
-    report = ta.memory_report(F.flash_attention(*qkv(device="cuda"), is_causal=True, block_size=16, fused=False))
-    assert not any(row["shape"][-2:] == (L, L) for row in report.rows)
-    assert report.total_bytes > 0
+@pytest.mark.parametrize("fused", [False, True])
+def test_the_report_counts_cupy_arrays_on_flash_paths(fused):
+    report = ta.memory_report(F.flash_attention(*qkv(device="cuda"), is_causal=True, block_size=16, fused=fused))
+    assert report.rows and not any(row["shape"][-2:] == (L, L) for row in report.rows)
+    assert report.total_bytes >= B * H * L * E * 4                      # the output at least
+
+
+@pytest.mark.gpu
+def test_the_report_counts_cupy_weights_on_the_naive_path():
+    report = ta.memory_report(F.scaled_dot_product_attention(*qkv(device="cuda"), is_causal=True))
+    assert sum(row["bytes"] for row in report.rows if row["shape"][-1] != E) >= B * H * L * (L + 1) // 2 * 4

@@ -9,9 +9,12 @@ An array is reachable from a ctx when save_for_backward was given it or when it 
 inside tuples, lists and dicts). It is named by that attribute, or by the name backward unpacks it into
 (`q, k, v, out, L, mask = ctx.saved_tensors` names the sixth "mask"; "saved[5]" where backward does not unpack
 them). Memory is counted once, by the array that owns it (a view keeps its whole base alive): a second holder gets a
-row of 0 bytes that says who counted it. Memory that belongs to a leaf tensor (a parameter, an input) lives on
-whatever the graph does; it is reported apart and left out of the total. Nothing is recorded while a model runs
-unless track_modules is on, so the report costs nothing until asked for."""
+row of 0 bytes that says who counted it. Besides what ctxs keep, each node of the graph holds its input tensors
+(the engine reads their shapes, dtypes and versions in backward), so an intermediate that no ctx saved stays alive
+too: the report lists those as inputs, after the saved arrays, so that its total is all the graph keeps alive.
+Memory that belongs to a leaf tensor (a parameter, an input) lives on whatever the graph does; it is reported apart
+and left out of the totals. Nothing is recorded while a model runs unless track_modules is on, so the report costs
+nothing until asked for."""
 import ast
 import contextlib
 import functools
