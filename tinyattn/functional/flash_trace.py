@@ -35,19 +35,20 @@ def trace_flash_attention(query, key, value, attn_mask=None, is_causal=False, sc
     - backward: "scores", "p" (the recomputed probabilities exp(S - L)), "ds" (dS) and "dq", "dk", "dv" (the
       block's contributions to the three gradients).
     """
-    records = []
+    records, tiles = [], {"forward": 0, "backward": 0}
 
     def record(which, rows, cols, **arrays):
-        if which == "forward":
+        tile_bytes = sum(int(a.nbytes) for a in arrays.values())
+        if which == "forward":                 # for the eye only: the loop itself divides once, at the end
             xp, l = xp_of(arrays["l"]), arrays["l"]
             arrays["partial"] = xp.where(l > 0, arrays["acc"] / xp.where(l > 0, l, 1), 0).astype(l.dtype)
-        tile_bytes = sum(int(a.nbytes) for a in arrays.values() if a is not arrays.get("partial"))
         scores = arrays["scores"]
-        records.append({"pass": which, "tile": sum(r["pass"] == which for r in records),
+        records.append({"pass": which, "tile": tiles[which],
                         "rows": (rows.start, rows.stop), "cols": (cols.start, cols.stop), **arrays,
                         "tile_bytes": tile_bytes,
                         "matrix_bytes": int(math.prod(scores.shape[:-2]) * q.shape[-2] * k.shape[-2]
                                             * scores.dtype.itemsize)})
+        tiles[which] += 1
 
     leaves = [Tensor(t.array if isinstance(t, Tensor) else t, requires_grad=True) for t in (query, key, value)]
     q, k, v = leaves
