@@ -119,7 +119,7 @@ assert backward_err < 1e-12
 # dS and the block's dQ, dK, dV. N = 64 in tiles of 16, one head, causal: 4 + 3 + 2 + 1 = 10 tiles, the six above
 # the diagonal skipped. Every row's last m must be its row max exactly (a max never rounds), and m + log l its
 # log-sum-exp. The same records drive a frame per step (below), a GIF and an HTML player (`viz.flash_animation`,
-# `viz.FlashPlayer`, written on a full run), and `python -m lessons flash` walks them in a terminal, Enter by Enter.
+# `viz.flash_player_html`, written on a full run), and `python -m lessons flash` walks them in a terminal, Enter by Enter.
 
 # %%
 tq, tk, tv = (rng.standard_normal((1, 1, 64, 16)) for _ in range(3))
@@ -149,8 +149,8 @@ viz.save(fig, plot_path(args, "04_flash_tile.png"))
 if not args.quick:                                                        # a few seconds of drawing: full runs only
     print("animation:", viz.flash_animation(traced.records, plot_path(args, "04_flash_tiles.gif"), traced.output,
                                             traced.grads))
-    print("player:", viz.FlashPlayer(traced.records, traced.output, traced.grads).save(
-        plot_path(args, "04_flash_tiles.html")))
+    viz.save(viz.flash_player_html(traced.records, traced.output, traced.grads),
+             plot_path(args, "04_flash_tiles.html"))
 
 # %% [markdown]
 # The package's fast twin (`flash_attention_fast.py`) has no running max to watch: it fixes each row's shift from

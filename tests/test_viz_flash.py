@@ -8,6 +8,8 @@ from PIL import Image
 import tinyattn.functional as F
 from tinyattn import viz
 from tinyattn.viz.flash import step_state
+from browser import chromium, console_errors, requested_urls
+from test_attention_views import OFF_PAGE
 
 
 @pytest.fixture(scope="module")
@@ -46,17 +48,37 @@ def test_the_gif_has_one_frame_per_step(trace, tmp_path):
         assert gif.format == "GIF" and gif.n_frames == 3
 
 
-def test_the_html_player_is_self_contained_with_next_previous_and_play(trace, tmp_path):
-    player = viz.FlashPlayer(trace.records, trace.output, steps=[0, 1, 2, 3])
-    page = player._repr_html_()
-    assert page.count("data:image/png;base64,") == 4
-    assert not re.search(r"(src|href)\s*=\s*[\"']?https?:", page) and "http://" not in page \
-        and "https://" not in page
+def test_the_html_player_is_one_document_with_next_previous_and_play(trace, tmp_path):
+    player = viz.flash_player_html(trace.records, trace.output, steps=[0, 1, 2, 3])
+    assert isinstance(player, viz.HTMLView) and player._repr_html_() == str(player)
+    assert player.count("data:image/png;base64,") == 4
+    assert not OFF_PAGE.search(player)
     for control in ("previous", "next", "play"):
-        assert control in page
-    assert "forward tile 3" in page
+        assert f'class="{control}"' in player
+    assert "forward tile 3" in player
     saved = player.save(tmp_path / "flash.html")
     assert open(saved, encoding="utf-8").read().startswith("<!DOCTYPE html>")
+
+
+def test_the_player_steps_in_a_real_browser(trace, tmp_path):
+    driver = chromium()
+    from selenium.webdriver.common.by import By
+    try:
+        path = viz.flash_player_html(trace.records, trace.output, steps=[0, 1, 2]).save(tmp_path / "flash.html")
+        driver.get(path.as_uri())
+        root = driver.find_element(By.CSS_SELECTOR, ".tinyattn-view")
+        caption = driver.find_element(By.CSS_SELECTOR, ".caption")
+        assert root.get_attribute("data-step") == "0" and caption.text.startswith("forward tile 0")
+        driver.find_element(By.CSS_SELECTOR, "button.next").click()
+        driver.find_element(By.CSS_SELECTOR, "button.next").click()
+        assert root.get_attribute("data-step") == "2" and caption.text.startswith("forward tile 2")
+        driver.find_element(By.CSS_SELECTOR, "button.previous").click()
+        assert root.get_attribute("data-step") == "1"
+        assert driver.find_element(By.CSS_SELECTOR, "img.frame").get_attribute("src").startswith("data:image/png")
+        assert console_errors(driver) == []
+        assert [url for url in requested_urls(driver) if not url.startswith(("file:", "data:"))] == []
+    finally:
+        driver.quit()
 
 
 def test_records_that_are_not_a_trace_are_refused(trace):

@@ -1,6 +1,6 @@
 """Flash attention, step by step, from a trace's records (tinyattn.functional.trace_flash_attention): a matplotlib
-frame per visited tile, the frames as a GIF (Pillow), and a self-contained HTML player (next, previous, play; no
-CDN, no http(s) resource) for notebooks and pages. The views read the records' plain arrays and numbers only; where
+frame per visited tile, the frames as a GIF (Pillow), and a self-contained HTML player (next, previous, play;
+nothing fetched, as attention_html's views) for notebooks and pages. The views read the records' plain arrays and numbers only; where
 they keep batch or head dims, the first entry is shown.
 
 A forward frame: the whole score matrix in grey (the tiles visited so far), the current tile lit; each row's
@@ -8,12 +8,12 @@ running max m and normaliser l as bars; the output so far (rows of finished bloc
 acc / l) beside the true output; and a meter of the bytes the loop holds for the tile against the whole matrix.
 A backward frame lights the recomputed P instead, with dQ accumulated so far against the true dQ."""
 import base64
-import html
 import io
 
 import matplotlib.pyplot as plt
 import numpy
 
+from .attention_html import _SHARED_STYLE, _document, _views
 from .figures import TICK_SIZE
 
 GREY, LIT = "Greys", "viridis"
@@ -156,52 +156,47 @@ def flash_animation(records, path, output=None, grads=None, steps=None, seconds_
     return path
 
 
-class FlashPlayer:
-    """The frames in one self-contained HTML page: previous, play/pause, next and a slider, with the step's numbers
-    as text. In Jupyter the player is the cell's output (_repr_html_); save(path) writes the page."""
+def flash_player_html(records, output=None, grads=None, steps=None, dpi=70, title="flash attention, tile by tile"):
+    """The frames (every record, or those of steps) as one self-contained HTML document, an HTMLView (a str): the
+    frames inline as PNG, previous, play/pause, next and a slider, the step's numbers as text. Jupyter shows it as
+    the cell's output; viz.save or .save(path) writes it."""
+    _check(records)
+    frames = _frames(records, output, grads, steps, dpi)
+    view = f"tinyattn-flash-player-{next(_views)}"
+    data = {"id": view, "frames": [f"data:image/png;base64,{base64.b64encode(png).decode()}" for _, png in frames],
+            "captions": [step_state(records, step, output, grads)["title"] for step, _ in frames]}
+    body = f"""<div class="tinyattn-view" id="{view}"><div class="controls">
+<button class="previous">&#9664; previous</button><button class="play">play</button>
+<button class="next">next &#9654;</button><input class="step" type="range" min="0" value="0">
+<span class="where"></span></div><div class="caption"></div><img class="frame" alt="flash attention, one tile"></div>"""
+    return _document(title, body, _SHARED_STYLE + _PLAYER_STYLE, _PLAYER_SCRIPT, data)
 
-    def __init__(self, records, output=None, grads=None, steps=None, dpi=70):
-        _check(records)
-        self.frames = _frames(records, output, grads, steps, dpi)
-        self.captions = [step_state(records, step, output, grads)["title"] for step, _ in self.frames]
 
-    def html(self):
-        images = ",".join(f'"data:image/png;base64,{base64.b64encode(png).decode()}"' for _, png in self.frames)
-        captions = ",".join('"' + html.escape(c).replace('"', "&quot;") + '"' for c in self.captions)
-        uid = f"flash{id(self):x}"
-        return f"""<div id="{uid}" style="font-family:sans-serif;max-width:900px">
-<style>#{uid} button{{margin-right:4px}} #{uid} img{{max-width:100%;display:block}}</style>
-<img alt="flash attention step">
-<div><button data-go="-1">&#9664; previous</button><button data-go="play">play</button>
-<button data-go="1">next &#9654;</button><input type="range" min="0" value="0" style="width:40%">
-<span class="step"></span></div><div class="caption" style="font-size:90%"></div>
-<script>(function() {{
-  var root = document.getElementById("{uid}"), frames = [{images}], captions = [{captions}], at = 0, timer = null;
-  var img = root.querySelector("img"), slider = root.querySelector("input"), play = root.querySelectorAll("button")[1];
-  slider.max = frames.length - 1;
-  function show(i) {{
-    at = (i + frames.length) % frames.length; img.src = frames[at]; slider.value = at;
-    root.querySelector(".step").textContent = "step " + (at + 1) + " of " + frames.length;
-    root.querySelector(".caption").innerHTML = captions[at];
-  }}
-  root.querySelectorAll("button").forEach(function(b) {{
-    b.onclick = function() {{
-      var go = b.getAttribute("data-go");
-      if (go !== "play") {{ show(at + Number(go)); return; }}
-      if (timer) {{ clearInterval(timer); timer = null; play.textContent = "play"; }}
-      else {{ timer = setInterval(function() {{ show(at + 1); }}, 800); play.textContent = "pause"; }}
-    }};
-  }});
-  slider.oninput = function() {{ show(Number(slider.value)); }};
+_PLAYER_STYLE = """
+.tinyattn-view img.frame { max-width: 100%; display: block; }
+.tinyattn-view input.step { width: 40%; vertical-align: middle; }
+"""
+
+# The step shown is also the root's data-step, so a test can read where the buttons took it.
+_PLAYER_SCRIPT = r"""
+function tinyattnView(d) {
+  const root = document.getElementById(d.id), img = root.querySelector("img.frame"),
+        slider = root.querySelector("input.step"), play = root.querySelector("button.play");
+  let at = 0, timer = null;
+  slider.max = d.frames.length - 1;
+  function show(i) {
+    at = (i + d.frames.length) % d.frames.length;
+    img.src = d.frames[at]; slider.value = at; root.dataset.step = at;
+    root.querySelector(".where").textContent = "step " + (at + 1) + " of " + d.frames.length;
+    root.querySelector(".caption").textContent = d.captions[at];
+  }
+  root.querySelector("button.previous").onclick = () => show(at - 1);
+  root.querySelector("button.next").onclick = () => show(at + 1);
+  play.onclick = () => {
+    if (timer) { clearInterval(timer); timer = null; play.textContent = "play"; }
+    else { timer = setInterval(() => show(at + 1), 800); play.textContent = "pause"; }
+  };
+  slider.oninput = () => show(Number(slider.value));
   show(0);
-}})();</script></div>"""
-
-    def _repr_html_(self):
-        return self.html()
-
-    def save(self, path):
-        """Write the player as a page of its own; returns path."""
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>flash attention, tile by tile"
-                    f"</title></head><body>{self.html()}</body></html>")
-        return path
+}
+"""
