@@ -92,7 +92,7 @@ class FastFlashAttention(Function):
 
     The shift. Each row's m, the number its scores are shifted by before exp, is the maximum of its scores in the
     first column block, and stays so for the rest of the row: no running maximum, no rescaling of the sums, and the
-    product [Q, -m] [K^T; 1] gives S - m with no pass of its own (_shifted_scores). Later keys may score higher than
+    product `[Q, -m] [K^T; 1]` gives S - m with no pass of its own (_shifted_scores). Later keys may score higher than
     m; that is safe while each row's sum l = sum exp(S - m) stays within [1/2, keys * SHIFT_HEADROOM]: no exp
     overflows, the largest term is not far below 1, and in float32 and float64 1/l stays far from underflowing. A
     row block whose sums leave that range (later scores rising some 22 + log(keys) past the first block's; a row
