@@ -1,0 +1,312 @@
+"""Byte-level BPE, GPT-2's tokenizer, built from scratch: the byte-to-character table, GPT-2's pre-tokenisation
+pattern, merges trained on a corpus, encoding by merge rank, decoding, special tokens. `ByteLevelBPE.from_file`
+reads the tokenizer.json of a byte-level BPE (GPT-2's, or one written by the `tokenizers` package) and gives the same
+ids as `tokenizers` does; `train` learns the same merges as `tokenizers`' BpeTrainer, ties included.
+
+Its method names follow `tokenizers.Tokenizer` (encode(text).ids, decode(ids, skip_special_tokens), decode_batch,
+get_vocab_size, token_to_id, id_to_token), so `data.Tokenizer` wraps either. The pattern needs the `regex` package
+(`\\p{L}` is any letter of any script, which Python's `re` cannot say): the lessons and hub extras install it.
+"""
+import functools
+import heapq
+import json
+import re
+from collections import Counter, defaultdict
+
+# GPT-2's pre-tokenisation (Radford et al. 2019, openai/gpt-2 encoder.py): English contractions, then runs of
+# letters, of digits, of other symbols, each with at most one space in front; whitespace runs give their last space
+# to the word after them (\s+(?!\S)), so " world" keeps its space and "a   b" splits as "a", "  ", " b".
+PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+
+
+def bytes_to_unicode():
+    """GPT-2's table from each of the 256 bytes to a printable character: the printable Latin-1 bytes stand for
+    themselves, the others (controls, space, 0x7F-0xA0, 0xAD) take the characters from U+0100 on, in byte order.
+    A token is then a string of visible characters: a space is 'Ġ' (U+0120), a newline 'Ċ' (U+010A)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAC + 1), *range(0xAE, 0xFF + 1)]
+    others = [b for b in range(256) if b not in printable]
+    return {**{b: chr(b) for b in printable}, **{b: chr(256 + n) for n, b in enumerate(others)}}
+
+
+BYTE_TO_CHAR = bytes_to_unicode()
+CHAR_TO_BYTE = {c: b for b, c in BYTE_TO_CHAR.items()}
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(pattern):
+    try:
+        import regex
+    except ImportError:
+        raise ImportError("byte-level BPE splits text with GPT-2's pattern, which needs the regex package "
+                          "(\\p{L}: a letter of any script): pip install regex, or pip install -e \".[hub]\"") from None
+    return regex.compile(pattern)
+
+
+def pre_tokenize(text, add_prefix_space=False):
+    """text -> the pieces GPT-2's pattern splits it into (BPE never merges across two of them)."""
+    if add_prefix_space and not text.startswith(" "):
+        text = " " + text
+    return _compiled(PATTERN).findall(text)
+
+
+def to_byte_chars(piece):
+    """A piece of text -> its UTF-8 bytes, each written as its character of the table ('é' -> 'Ã©')."""
+    return "".join(BYTE_TO_CHAR[b] for b in piece.encode("utf-8"))
+
+
+class Encoding:
+    """What encode returns, as `tokenizers`' Encoding: the ids and the token strings."""
+
+    def __init__(self, ids, tokens):
+        self.ids, self.tokens = ids, tokens
+
+    def __repr__(self):
+        return f"Encoding(ids={self.ids}, tokens={self.tokens})"
+
+
+class ByteLevelBPE:
+    """A byte-level BPE: vocab maps each token (a string of table characters) to its id; merges is the ordered list
+    of pairs (left, right), earliest first; special_tokens maps each special token's text to its id (it is cut out
+    of the text before anything else, never split, and skipped by decode unless asked). Other added tokens, which
+    are cut out the same way but decoded always, go in added_tokens."""
+
+    def __init__(self, vocab, merges, special_tokens=None, added_tokens=None, add_prefix_space=False,
+                 ignore_merges=False):
+        self.vocab = dict(vocab)
+        self.merges = [tuple(pair) for pair in merges]
+        self.ranks = {pair: rank for rank, pair in enumerate(self.merges)}   # a repeated pair keeps its last rank
+        for left, right in self.merges:
+            if left + right not in self.vocab or left not in self.vocab or right not in self.vocab:
+                missing = next(t for t in (left, right, left + right) if t not in self.vocab)
+                raise ValueError(f"merge ({left!r}, {right!r}): {missing!r} is not in the vocabulary")
+        self.special_tokens = dict(special_tokens or {})
+        self.added = {**dict(added_tokens or {}), **self.special_tokens}
+        self.add_prefix_space, self.ignore_merges = add_prefix_space, ignore_merges
+        self.id_to_text = {i: t for t, i in self.vocab.items()}
+        self.id_to_text.update({i: t for t, i in self.added.items()})
+        self.special_ids = set(self.special_tokens.values())
+        # the longest added token first: where two start at the same place, the longer one is cut out
+        by_length = sorted(self.added, key=len, reverse=True)
+        self.added_pattern = "|".join(re.escape(t) for t in by_length) if by_length else None
+        self.cache = {}
+        _compiled(PATTERN)                # without the regex package, fail here, naming it, rather than at encode
+
+    # --- reading a tokenizer.json ---------------------------------------------------------------------------
+    @classmethod
+    def from_file(cls, path):
+        """The byte-level BPE of a tokenizer.json (GPT-2's, or one `tokenizers` wrote). Settings this encoder does
+        not implement are refused, naming the key, rather than encoded differently."""
+        try:
+            with open(path, encoding="utf-8") as f:
+                spec = json.load(f)
+        except (OSError, ValueError) as error:
+            raise ValueError(f"cannot read {path} as JSON: {error}") from None
+        if not isinstance(spec, dict) or not isinstance(spec.get("model"), dict):
+            raise ValueError(f"{path} is not a tokenizer.json: it has no 'model' object")
+        model = spec["model"]
+        _require(path, "model.type", model.get("type", "BPE"), ("BPE",))
+        for key, allowed in (("dropout", (None, 0, 0.0)), ("continuing_subword_prefix", (None, "")),
+                             ("end_of_word_suffix", (None, "")), ("byte_fallback", (None, False))):
+            _require(path, f"model.{key}", model.get(key), allowed)
+        _require(path, "normalizer", spec.get("normalizer"), (None,))
+        pre = spec.get("pre_tokenizer") or {}
+        _require(path, "pre_tokenizer.type", pre.get("type"), ("ByteLevel",))
+        _require(path, "pre_tokenizer.use_regex", pre.get("use_regex", True), (True,))
+        _require(path, "post_processor.type", (spec.get("post_processor") or {}).get("type", "ByteLevel"),
+                 ("ByteLevel",))
+        _require(path, "decoder.type", (spec.get("decoder") or {}).get("type"), ("ByteLevel",))
+        if not isinstance(model.get("vocab"), dict) or not isinstance(model.get("merges"), list):
+            raise ValueError(f"{path}: model.vocab must be an object and model.merges a list")
+        special, added = {}, {}
+        for token in spec.get("added_tokens") or []:
+            for key in ("single_word", "lstrip", "rstrip"):
+                if token.get(key):
+                    raise ValueError(f"{path}: added token {token.get('content')!r} sets {key}, which the python "
+                                     "backend does not implement; use backend='tokenizers'")
+            (special if token.get("special") else added)[token["content"]] = token["id"]
+        merges = [m.split(" ") if isinstance(m, str) else m for m in model["merges"]]   # "a b" or ["a", "b"]
+        if any(len(m) != 2 for m in merges):
+            bad = next(m for m in model["merges"] if len(m.split(" ") if isinstance(m, str) else m) != 2)
+            raise ValueError(f"{path}: merge {bad!r} is not a pair")
+        try:
+            return cls(model["vocab"], merges, special, added, add_prefix_space=bool(pre.get("add_prefix_space")),
+                       ignore_merges=bool(model.get("ignore_merges")))
+        except ValueError as error:
+            raise ValueError(f"{path}: {error}") from None
+
+    # --- text -> ids ----------------------------------------------------------------------------------------
+    def encode(self, text):
+        """text -> Encoding(ids, tokens): added tokens cut out first, each stretch between them split by the
+        pattern, each piece's bytes merged by rank."""
+        tokens = []
+        for stretch, is_added in self._split_added(text):
+            if is_added:
+                tokens.append(stretch)
+                continue
+            for piece in pre_tokenize(stretch, self.add_prefix_space):
+                tokens.extend(self.bpe(to_byte_chars(piece)))
+        return Encoding([self.added[t] if t in self.added else self.vocab[t] for t in tokens], tokens)
+
+    def encode_batch(self, texts):
+        return [self.encode(text) for text in texts]
+
+    def bpe(self, word):
+        """One piece, as table characters -> its tokens. Merge the adjacent pair of lowest rank (the earliest
+        learned), the leftmost where it occurs twice, until no adjacent pair is a merge."""
+        if word in self.cache:
+            return self.cache[word]
+        if self.ignore_merges and word in self.vocab:    # Llama 3's files: a piece in the vocabulary stays whole
+            return [word]
+        missing = [c for c in word if c not in self.vocab]
+        if missing:
+            raise ValueError(f"byte {CHAR_TO_BYTE[missing[0]]:#04x} ({missing[0]!r}) is not in the vocabulary: this "
+                             "file's BPE was trained without the full byte alphabet")
+        parts = list(word)
+        while len(parts) > 1:
+            ranked = [(self.ranks[pair], i) for i, pair in enumerate(zip(parts, parts[1:])) if pair in self.ranks]
+            if not ranked:
+                break
+            _, i = min(ranked)
+            parts[i:i + 2] = [parts[i] + parts[i + 1]]
+        self.cache[word] = parts
+        return parts
+
+    def _split_added(self, text):
+        """(stretch, is_added) for the stretches of text between added tokens, and the tokens themselves."""
+        if self.added_pattern is None:
+            return [(text, False)] if text else []
+        out, start = [], 0
+        for match in _compiled(self.added_pattern).finditer(text):
+            if match.start() > start:
+                out.append((text[start:match.start()], False))
+            out.append((match.group(), True))
+            start = match.end()
+        if start < len(text):
+            out.append((text[start:], False))
+        return out
+
+    # --- ids -> text ----------------------------------------------------------------------------------------
+    def decode(self, ids, skip_special_tokens=True):
+        """ids -> text: each token's characters back to their bytes (a token with a character outside the table,
+        such as a special token with a space, stands for its own UTF-8), the bytes read as UTF-8; bytes that are no
+        UTF-8 (a piece of a character cut off) become U+FFFD, as in `tokenizers`."""
+        data = bytearray()
+        for i in ids:
+            if i not in self.id_to_text:
+                raise ValueError(f"token id {i} is not in the vocabulary (ids run 0..{max(self.id_to_text)})")
+            if skip_special_tokens and i in self.special_ids:
+                continue
+            token = self.id_to_text[i]
+            if all(c in CHAR_TO_BYTE for c in token):
+                data.extend(CHAR_TO_BYTE[c] for c in token)
+            else:
+                data.extend(token.encode("utf-8"))
+        return data.decode("utf-8", errors="replace")
+
+    def decode_batch(self, sequences, skip_special_tokens=True):
+        return [self.decode(ids, skip_special_tokens) for ids in sequences]
+
+    # --- the vocabulary -------------------------------------------------------------------------------------
+    def get_vocab(self, with_added_tokens=True):
+        return {**self.vocab, **self.added} if with_added_tokens else dict(self.vocab)
+
+    def get_vocab_size(self, with_added_tokens=True):
+        return len(self.get_vocab(with_added_tokens))
+
+    def token_to_id(self, token):
+        return self.added.get(token, self.vocab.get(token))
+
+    def id_to_token(self, i):
+        return self.id_to_text.get(i)
+
+
+def _require(path, key, value, allowed):
+    if value not in allowed:
+        raise ValueError(f"{path}: {key} is {value!r}; the python backend reads byte-level BPE files with "
+                         f"{key} {' or '.join(repr(a) for a in allowed)} only (backend='tokenizers' reads others)")
+
+
+# --- training ---------------------------------------------------------------------------------------------------
+def train(texts, vocab_size, special_tokens=(), min_frequency=0, add_prefix_space=False):
+    """Learn a byte-level BPE from texts (an iterable of strings), as `tokenizers`' BpeTrainer does with the
+    ByteLevel pre-tokenizer and its 256-character alphabet: the same vocabulary and the same merges in the same
+    order. The vocabulary: the special tokens (ids 0, 1, ...), the 256 byte characters in code-point order, then
+    one token per merge, until vocab_size tokens or no pair occurs min_frequency times.
+
+    Each step merges the pair of adjacent tokens that occurs most often, counted over every occurrence in every
+    piece (overlaps too: 'aaa' holds ('a', 'a') twice) times the piece's count. A tie goes to the pair whose ids are
+    smallest, first the left id, then the right one. Two more of `tokenizers`' rules decide which merge comes next
+    once the same token can be made by two merges ('Ġt' + 'he' and 'Ġth' + 'e'): they are followed here so the
+    merges stay identical.
+    - The counts are kept up to date by the change of each merge, except that the merged pair's own occurrences
+      are never subtracted from its count.
+    - A pair's count is updated lazily: the queue holds entries (count, pair, pieces) pushed whenever a merge
+      creates the pair somewhere; an entry whose count is out of date goes back with the current count when it
+      comes up, and an up-to-date one merges the pair in the pieces it lists only. A pair that two entries list
+      can therefore be merged twice; the second time is a second merge of the same pair, and the merge list keeps
+      that pair at its last place, as `tokenizers` writes its file.
+    """
+    words = Counter()
+    for text in texts:
+        words.update(to_byte_chars(piece) for piece in pre_tokenize(text, add_prefix_space))
+    names, ids = [], {}
+    for token in [*special_tokens, *sorted(BYTE_TO_CHAR.values())]:
+        if token not in ids:
+            ids[token] = len(names)
+            names.append(token)
+    pieces = [[ids[c] for c in word] for word in words]
+    counts = list(words.values())
+    pair_counts, where = Counter(), defaultdict(set)
+    for i, piece in enumerate(pieces):
+        for pair in zip(piece, piece[1:]):
+            pair_counts[pair] += counts[i]
+            where[pair].add(i)
+    queue, order = [], 0               # entries (-count, pair, order, pieces): most frequent, then smallest pair
+
+    def push(found):
+        nonlocal order
+        for pair, positions in found.items():
+            if pair_counts[pair] > 0:
+                heapq.heappush(queue, (-pair_counts[pair], pair, order, positions))
+                order += 1
+    push(where)
+    merges = []
+    while len(names) < vocab_size and queue:
+        minus_count, pair, _, positions = heapq.heappop(queue)
+        if -minus_count != pair_counts[pair]:
+            heapq.heappush(queue, (-pair_counts[pair], pair, order, positions))
+            order += 1
+            continue
+        if -minus_count < max(1, min_frequency):
+            break
+        token = names[pair[0]] + names[pair[1]]
+        if token not in ids:
+            ids[token] = len(names)
+            names.append(token)
+        merges.append(pair)
+        created = defaultdict(set)
+        for i in positions:
+            for changed, change in _merge_in_place(pieces[i], pair, ids[token]):
+                pair_counts[changed] += change * counts[i]
+                if change > 0:
+                    created[changed].add(i)
+        push(created)
+    last = {pair: rank for rank, pair in enumerate(merges)}
+    merges = [(names[a], names[b]) for (a, b), rank in sorted(last.items(), key=lambda item: item[1])]
+    special = {t: ids[t] for t in special_tokens}
+    return ByteLevelBPE(ids, merges, special, add_prefix_space=add_prefix_space)
+
+
+def _merge_in_place(piece, pair, new):
+    """Replace each occurrence of pair in piece (a list of ids), left to right, by new; returns the changes of the
+    neighbouring pairs' counts, (pair, -1 or +1), as the merge goes."""
+    changes, i = [], 0
+    while i < len(piece) - 1:
+        if (piece[i], piece[i + 1]) == pair:
+            if i > 0:
+                changes += [((piece[i - 1], pair[0]), -1), ((piece[i - 1], new), 1)]
+            piece[i:i + 2] = [new]
+            if i < len(piece) - 1:
+                changes += [((pair[1], piece[i + 1]), -1), ((new, piece[i + 1]), 1)]
+        i += 1
+    return changes
