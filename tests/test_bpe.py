@@ -117,6 +117,29 @@ def test_the_same_ids_as_tokenizers_on_1000_strings(trained):
     assert mine.id_to_token(300) == theirs.id_to_token(300)
 
 
+def test_gpt2s_file_layout(trained, tmp_path):
+    """GPT-2's own tokenizer.json is older than the one tokenizers writes today: merges as "a b" strings, no
+    model.type, empty strings for the subword prefix and suffix, no use_regex, and <|endoftext|> as the last id,
+    added with normalized true. Both read that layout to the same ids."""
+    tokenizers = pytest.importorskip("tokenizers")
+    folder, _ = trained
+    spec = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+    vocab = {t: i for t, i in spec["model"]["vocab"].items() if t not in SPECIAL}
+    vocab = {t: n for n, t in enumerate(sorted(vocab, key=vocab.get))}
+    vocab["<|endoftext|>"] = len(vocab)
+    spec["added_tokens"] = [{"id": len(vocab) - 1, "special": True, "content": "<|endoftext|>", "single_word": False,
+                             "lstrip": False, "rstrip": False, "normalized": True}]
+    spec["pre_tokenizer"] = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True}
+    spec["model"] = {"dropout": None, "unk_token": None, "continuing_subword_prefix": "", "end_of_word_suffix": "",
+                     "fuse_unk": False, "vocab": vocab, "merges": [" ".join(m) for m in spec["model"]["merges"]]}
+    (tmp_path / "tokenizer.json").write_text(json.dumps(spec), encoding="utf-8")
+    mine = bpe.ByteLevelBPE.from_file(tmp_path / "tokenizer.json")
+    theirs = tokenizers.Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    texts = [text for _, text in probe_strings(300, seed=3)]
+    assert [mine.encode(t).ids for t in texts] == [e.ids for e in theirs.encode_batch(texts)]
+    assert mine.encode("a<|endoftext|>").ids[-1] == len(vocab) - 1
+
+
 def test_add_prefix_space_as_tokenizers(tmp_path):
     theirs = train_with_tokenizers(corpus(2), 600, add_prefix_space=True)
     theirs.save(str(tmp_path / "tokenizer.json"))
