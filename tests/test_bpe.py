@@ -140,6 +140,34 @@ def test_gpt2s_file_layout(trained, tmp_path):
     assert mine.encode("a<|endoftext|>").ids[-1] == len(vocab) - 1
 
 
+def test_long_pieces_and_batches_as_tokenizers(trained):
+    """A piece can be as long as the text (100,000 spaces, a 30,000-letter word): merged through a heap, not by
+    rescanning the piece after every merge."""
+    folder, theirs = trained
+    mine = bpe.ByteLevelBPE.from_file(folder / "tokenizer.json")
+    texts = [" " * 100_000 + "x", "selfreturn" * 3_000, "1234567890" * 2_000, "\n" * 5_000 + "    def"]
+    assert [e.ids for e in mine.encode_batch(texts)] == [e.ids for e in theirs.encode_batch(texts)]
+    ids = [e.ids for e in theirs.encode_batch(["a<|endoftext|>b", "<pad> é"])]
+    assert mine.decode_batch(ids) == theirs.decode_batch(ids)
+    assert mine.decode_batch(ids, skip_special_tokens=False) == theirs.decode_batch(ids, skip_special_tokens=False)
+
+
+def test_ignore_merges_as_tokenizers(trained, tmp_path):
+    """Llama 3's files set model.ignore_merges: a piece that is a token of the vocabulary stays whole, whatever
+    the merges would make of it."""
+    tokenizers = pytest.importorskip("tokenizers")
+    folder, _ = trained
+    spec = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+    spec["model"]["ignore_merges"] = True
+    spec["model"]["vocab"]["Ġzqxj"] = len(spec["model"]["vocab"])               # no merges lead to it
+    (tmp_path / "tokenizer.json").write_text(json.dumps(spec), encoding="utf-8")
+    mine = bpe.ByteLevelBPE.from_file(tmp_path / "tokenizer.json")
+    theirs = tokenizers.Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    texts = ["a zqxj b"] + [text for _, text in probe_strings(200, seed=4, special_tokens=SPECIAL)]
+    assert [mine.encode(t).ids for t in texts] == [e.ids for e in theirs.encode_batch(texts)]
+    assert mine.encode("a zqxj").tokens == ["a", "Ġzqxj"]
+
+
 def test_add_prefix_space_as_tokenizers(tmp_path):
     theirs = train_with_tokenizers(corpus(2), 600, add_prefix_space=True)
     theirs.save(str(tmp_path / "tokenizer.json"))
@@ -228,6 +256,9 @@ def test_python_backend_needs_no_tokenizers_package(trained):
     (lambda spec: spec["model"]["merges"].append(["Ġ", "zzzz"]), "'zzzz' is not in the vocabulary"),
     (lambda spec: spec["model"]["merges"].append("a b c"), "merge 'a b c' is not a pair"),
     (lambda spec: spec.pop("model"), "is not a tokenizer.json"),
+    (lambda spec: spec["model"]["vocab"].update(x="7"), "model.vocab must be an object of token -> integer id"),
+    (lambda spec: spec["added_tokens"][0].pop("id"), "needs a string 'content' and an integer 'id'"),
+    (lambda spec: spec.update(decoder="ByteLevel"), "decoder must be an object or null, not 'ByteLevel'"),
 ])
 def test_unreadable_files_are_refused_by_name(trained, tmp_path, change, message):
     folder, _ = trained

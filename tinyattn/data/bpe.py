@@ -28,6 +28,7 @@ def bytes_to_unicode():
     return {**{b: chr(b) for b in printable}, **{b: chr(256 + n) for n, b in enumerate(others)}}
 
 
+CACHE_SIZE = 100_000             # pieces whose tokens an encoder remembers (text repeats its pieces endlessly)
 BYTE_TO_CHAR = bytes_to_unicode()
 CHAR_TO_BYTE = {c: b for b, c in BYTE_TO_CHAR.items()}
 
@@ -109,27 +110,33 @@ class ByteLevelBPE:
                              ("end_of_word_suffix", (None, "")), ("byte_fallback", (None, False))):
             _require(path, f"model.{key}", model.get(key), allowed)
         _require(path, "normalizer", spec.get("normalizer"), (None,))
-        pre = spec.get("pre_tokenizer") or {}
+        pre = _section(path, spec, "pre_tokenizer")
         _require(path, "pre_tokenizer.type", pre.get("type"), ("ByteLevel",))
         _require(path, "pre_tokenizer.use_regex", pre.get("use_regex", True), (True,))
-        _require(path, "post_processor.type", (spec.get("post_processor") or {}).get("type", "ByteLevel"),
+        _require(path, "post_processor.type", _section(path, spec, "post_processor").get("type", "ByteLevel"),
                  ("ByteLevel",))
-        _require(path, "decoder.type", (spec.get("decoder") or {}).get("type"), ("ByteLevel",))
-        if not isinstance(model.get("vocab"), dict) or not isinstance(model.get("merges"), list):
-            raise ValueError(f"{path}: model.vocab must be an object and model.merges a list")
+        _require(path, "decoder.type", _section(path, spec, "decoder").get("type"), ("ByteLevel",))
+        vocab, merges = model.get("vocab"), model.get("merges")
+        if not isinstance(vocab, dict) or not all(isinstance(i, int) for i in vocab.values()):
+            raise ValueError(f"{path}: model.vocab must be an object of token -> integer id")
+        if not isinstance(merges, list):
+            raise ValueError(f"{path}: model.merges must be a list")
         special, added = {}, {}
         for token in spec.get("added_tokens") or []:
+            if not isinstance(token, dict) or not isinstance(token.get("content"), str) or \
+                    not isinstance(token.get("id"), int):
+                raise ValueError(f"{path}: added token {token!r} needs a string 'content' and an integer 'id'")
             for key in ("single_word", "lstrip", "rstrip"):
                 if token.get(key):
-                    raise ValueError(f"{path}: added token {token.get('content')!r} sets {key}, which the python "
+                    raise ValueError(f"{path}: added token {token['content']!r} sets {key}, which the python "
                                      "backend does not implement; use backend='tokenizers'")
             (special if token.get("special") else added)[token["content"]] = token["id"]
-        merges = [m.split(" ") if isinstance(m, str) else m for m in model["merges"]]   # "a b" or ["a", "b"]
-        if any(len(m) != 2 for m in merges):
-            bad = next(m for m in model["merges"] if len(m.split(" ") if isinstance(m, str) else m) != 2)
-            raise ValueError(f"{path}: merge {bad!r} is not a pair")
+        pairs = [m.split(" ") if isinstance(m, str) else m for m in merges]     # "a b" (GPT-2's file) or ["a", "b"]
+        for merge, pair in zip(merges, pairs):
+            if not isinstance(pair, list) or len(pair) != 2 or not all(isinstance(t, str) for t in pair):
+                raise ValueError(f"{path}: merge {merge!r} is not a pair of tokens")
         try:
-            return cls(model["vocab"], merges, special, added, add_prefix_space=bool(pre.get("add_prefix_space")),
+            return cls(vocab, pairs, special, added, add_prefix_space=bool(pre.get("add_prefix_space")),
                        ignore_merges=bool(model.get("ignore_merges")))
         except ValueError as error:
             raise ValueError(f"{path}: {error}") from None
@@ -152,7 +159,11 @@ class ByteLevelBPE:
 
     def bpe(self, word):
         """One piece, as table characters -> its tokens. Merge the adjacent pair of lowest rank (the earliest
-        learned), the leftmost where it occurs twice, until no adjacent pair is a merge."""
+        learned), the leftmost where it occurs twice, until no adjacent pair is a merge.
+
+        Lesson 21 finds that pair by looking at every pair again after each merge, which takes time growing as the
+        square of the piece's length (a run of 100,000 spaces or digits is one piece). Here a heap holds (rank,
+        position) of the pairs, and the tokens a linked list, so a merge costs a logarithm: the order is the same."""
         if word in self.cache:
             return self.cache[word]
         if self.ignore_merges and word in self.vocab:    # Llama 3's files: a piece in the vocabulary stays whole
@@ -161,14 +172,25 @@ class ByteLevelBPE:
         if missing:
             raise ValueError(f"byte {CHAR_TO_BYTE[missing[0]]:#04x} ({missing[0]!r}) is not in the vocabulary: this "
                              "file's BPE was trained without the full byte alphabet")
-        parts = list(word)
-        while len(parts) > 1:
-            ranked = [(self.ranks[pair], i) for i, pair in enumerate(zip(parts, parts[1:])) if pair in self.ranks]
-            if not ranked:
-                break
-            _, i = min(ranked)
-            parts[i:i + 2] = [parts[i] + parts[i + 1]]
-        self.cache[word] = parts
+        parts, n = list(word), len(word)                  # parts[j] is None once merged into its left neighbour
+        after, before = list(range(1, n + 1)), list(range(-1, n - 1))
+        queue = [(self.ranks[pair], i) for i, pair in enumerate(zip(word, word[1:])) if pair in self.ranks]
+        heapq.heapify(queue)
+        while queue:
+            rank, i = heapq.heappop(queue)
+            j = after[i]
+            if parts[i] is None or j == n or self.ranks.get((parts[i], parts[j])) != rank:
+                continue                                   # that pair is gone: one side was merged since
+            parts[i], parts[j] = parts[i] + parts[j], None
+            after[i] = after[j]
+            if after[i] < n:
+                before[after[i]] = i
+            for left in (before[i], i):                    # the two pairs the new token is part of
+                if left >= 0 and after[left] < n and (parts[left], parts[after[left]]) in self.ranks:
+                    heapq.heappush(queue, (self.ranks[parts[left], parts[after[left]]], left))
+        parts = [part for part in parts if part is not None]
+        if len(self.cache) < CACHE_SIZE:
+            self.cache[word] = parts
         return parts
 
     def _split_added(self, text):
@@ -218,6 +240,14 @@ class ByteLevelBPE:
 
     def id_to_token(self, i):
         return self.id_to_text.get(i)
+
+
+def _section(path, spec, key):
+    """spec[key], an object, or {} where the file has null or nothing."""
+    value = spec.get(key) or {}
+    if not isinstance(value, dict):
+        raise ValueError(f"{path}: {key} must be an object or null, not {value!r}")
+    return value
 
 
 def _require(path, key, value, allowed):
