@@ -77,9 +77,9 @@ class ByteLevelBPE:
         self.merges = [tuple(pair) for pair in merges]
         self.ranks = {pair: rank for rank, pair in enumerate(self.merges)}   # a repeated pair keeps its last rank
         for left, right in self.merges:
-            if left + right not in self.vocab or left not in self.vocab or right not in self.vocab:
-                missing = next(t for t in (left, right, left + right) if t not in self.vocab)
-                raise ValueError(f"merge ({left!r}, {right!r}): {missing!r} is not in the vocabulary")
+            missing = [t for t in (left, right, left + right) if t not in self.vocab]
+            if missing:
+                raise ValueError(f"merge ({left!r}, {right!r}): {missing[0]!r} is not in the vocabulary")
         self.special_tokens = dict(special_tokens or {})
         self.added = {**dict(added_tokens or {}), **self.special_tokens}
         self.add_prefix_space, self.ignore_merges = add_prefix_space, ignore_merges
@@ -145,14 +145,17 @@ class ByteLevelBPE:
     def encode(self, text):
         """text -> Encoding(ids, tokens): added tokens cut out first, each stretch between them split by the
         pattern, each piece's bytes merged by rank."""
-        tokens = []
+        ids, tokens = [], []
         for stretch, is_added in self._split_added(text):
             if is_added:
+                ids.append(self.added[stretch])
                 tokens.append(stretch)
                 continue
             for piece in pre_tokenize(stretch, self.add_prefix_space):
-                tokens.extend(self.bpe(to_byte_chars(piece)))
-        return Encoding([self.added[t] if t in self.added else self.vocab[t] for t in tokens], tokens)
+                merged = self.bpe(to_byte_chars(piece))
+                ids.extend(self.vocab[token] for token in merged)
+                tokens.extend(merged)
+        return Encoding(ids, tokens)
 
     def encode_batch(self, texts):
         return [self.encode(text) for text in texts]
@@ -264,17 +267,15 @@ def train(texts, vocab_size, special_tokens=(), min_frequency=0, add_prefix_spac
     one token per merge, until vocab_size tokens or no pair occurs min_frequency times.
 
     Each step merges the pair of adjacent tokens that occurs most often, counted over every occurrence in every
-    piece (overlaps too: 'aaa' holds ('a', 'a') twice) times the piece's count. A tie goes to the pair whose ids are
-    smallest, first the left id, then the right one. Two more of `tokenizers`' rules decide which merge comes next
-    once the same token can be made by two merges ('Ġt' + 'he' and 'Ġth' + 'e'): they are followed here so the
-    merges stay identical.
-    - The counts are kept up to date by the change of each merge, except that the merged pair's own occurrences
-      are never subtracted from its count.
-    - A pair's count is updated lazily: the queue holds entries (count, pair, pieces) pushed whenever a merge
-      creates the pair somewhere; an entry whose count is out of date goes back with the current count when it
-      comes up, and an up-to-date one merges the pair in the pieces it lists only. A pair that two entries list
-      can therefore be merged twice; the second time is a second merge of the same pair, and the merge list keeps
-      that pair at its last place, as `tokenizers` writes its file.
+    piece (overlaps too: 'aaa' holds ('a', 'a') twice) times the piece's count, into a new token everywhere, left
+    to right. A tie goes to the pair whose ids are smallest, first the left id, then the right one.
+
+    Lesson 21 recounts every pair after every merge. Here, as in `tokenizers`, a merge changes only the counts of
+    the pairs around each place it merges, and a heap holds (count, pair, the pieces where the pair was made); an
+    entry whose count has gone down since it was pushed goes back with the current count when it comes up. The
+    merges are the same: a pair is made only when one of its two tokens is, and each token is made by one merge
+    (where a token's text is whole in a piece, nothing merged across its ends, so that text was merged the same way
+    in every piece), so each pair has one entry, listing every piece that holds it.
     """
     words = Counter()
     for text in texts:
@@ -291,21 +292,18 @@ def train(texts, vocab_size, special_tokens=(), min_frequency=0, add_prefix_spac
         for pair in zip(piece, piece[1:]):
             pair_counts[pair] += counts[i]
             where[pair].add(i)
-    queue, order = [], 0               # entries (-count, pair, order, pieces): most frequent, then smallest pair
+    queue = []                         # entries (-count, pair, pieces): the most frequent, then the smallest pair
 
     def push(found):
-        nonlocal order
         for pair, positions in found.items():
             if pair_counts[pair] > 0:
-                heapq.heappush(queue, (-pair_counts[pair], pair, order, positions))
-                order += 1
+                heapq.heappush(queue, (-pair_counts[pair], pair, positions))
     push(where)
     merges = []
     while len(names) < vocab_size and queue:
-        minus_count, pair, _, positions = heapq.heappop(queue)
+        minus_count, pair, positions = heapq.heappop(queue)
         if -minus_count != pair_counts[pair]:
-            heapq.heappush(queue, (-pair_counts[pair], pair, order, positions))
-            order += 1
+            heapq.heappush(queue, (-pair_counts[pair], pair, positions))
             continue
         if -minus_count < max(1, min_frequency):
             break
@@ -321,10 +319,8 @@ def train(texts, vocab_size, special_tokens=(), min_frequency=0, add_prefix_spac
                 if change > 0:
                     created[changed].add(i)
         push(created)
-    last = {pair: rank for rank, pair in enumerate(merges)}
-    merges = [(names[a], names[b]) for (a, b), rank in sorted(last.items(), key=lambda item: item[1])]
     special = {t: ids[t] for t in special_tokens}
-    return ByteLevelBPE(ids, merges, special, add_prefix_space=add_prefix_space)
+    return ByteLevelBPE(ids, [(names[a], names[b]) for a, b in merges], special, add_prefix_space=add_prefix_space)
 
 
 def _merge_in_place(piece, pair, new):
