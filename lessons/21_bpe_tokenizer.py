@@ -32,7 +32,7 @@ from tinyattn import viz
 from tinyattn.data import Tokenizer, bpe
 from tinyattn.data.probe_strings import CATEGORIES, probe_strings
 from tinyattn.data.text import DEFAULT_MODULES
-from tinyattn.lesson import from_pretrained, options, plot_path, report
+from tinyattn.lesson import from_pretrained, options, plot_path, progress, report
 
 args = options(__doc__, [("--weights", dict(default=None, help="also read GPT-2's own tokenizer: a hub name (gpt2, "
                                                                  "needs the hub extra) or a folder holding tokenizer.json"))])
@@ -163,7 +163,7 @@ def merge(piece, pair):
 def learn_merges(pieces, n_merges):
     ids = {token: i for i, token in enumerate([*SPECIAL, *sorted(table.values())])}
     merges = []
-    for _ in range(n_merges):
+    for _ in progress(range(n_merges), desc="merges by hand"):
         pairs = Counter()
         for piece, count in pieces.items():
             for pair in zip(piece, piece[1:]):

@@ -271,3 +271,15 @@ def test_unreadable_files_are_refused_by_name(trained, tmp_path, change, message
     (tmp_path / "tokenizer.json").write_text("{not json", encoding="utf-8")
     with pytest.raises(PretrainedError, match="cannot read .* as JSON"):
         Tokenizer.from_pretrained(tmp_path, backend="python")
+
+
+def test_lesson_21_reads_a_tokenizer_folder(trained, tmp_path):
+    """Lesson 21's --weights branch: GPT-2's tokenizer in the real run, here a folder with the trained one."""
+    folder, _ = trained
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    result = subprocess.run([sys.executable, os.path.join(root, "lessons", "21_bpe_tokenizer.py"), "--quick",
+                             "--weights", str(folder)], cwd=root, capture_output=True, text=True, timeout=180,
+                            env={**os.environ, "TINYATTN_PLOTS": str(tmp_path)}, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = json.loads(result.stdout.rstrip().splitlines()[-1][len("RESULT "):])
+    assert metrics["gpt2_ids_match"] == 1.0 and f"{folder}, 1,500 tokens" in result.stdout
