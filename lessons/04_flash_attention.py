@@ -224,7 +224,7 @@ viz.save(fig, plot_path(args, "04_flash_memory_time.png"))
 # launch. `tinyattn/functional/flash_attention.cu` writes the same loops as three CUDA kernels: one thread block per
 # 64 query rows and head, K and V staged in shared memory tile by tile, the running max, sum and output kept in
 # registers; the backward recomputes P = exp(S - L) the same way. `F.flash_attention` runs them for float32 CUDA
-# tensors (`TINYATTN_DEVICE=cuda`); the README's GPU section compares them with PyTorch. (The benchmarks in this
+# tensors (`TINYATTN_DEVICE=cuda`); docs/performance.md (GPU) compares them with PyTorch. (The benchmarks in this
 # lesson run on the CPU, where tracemalloc can see every array.)
 
 # %%

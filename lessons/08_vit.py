@@ -111,6 +111,14 @@ print(f"the class token's rollout keeps {rollout[:, 0, 0].mean():.2f} of its fin
       "of its attention on it")
 
 # %% [markdown]
+# The first test image, to explore: pick a block and a head (or their mean, or rollout), and hover a patch to see
+# where that patch looks instead of the class token. One HTML file, no server and no network needed.
+
+# %%
+viz.save(viz.patch_attention_html(data.images[test_rows[0], 0], [m.numpy()[:1] for m in maps], (grid, grid),
+                                  rollout=rollout[0]), plot_path(args, "08_vit_attention_view.html"))
+
+# %% [markdown]
 # ## What the position embeddings learned
 # Each small square shows one patch position's embedding compared (cosine similarity) with every other position's.
 # Nobody told the model the patches form a 4x4 grid; whatever structure shows up was learned.

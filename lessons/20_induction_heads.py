@@ -239,10 +239,19 @@ viz.head_pattern(weights[1].numpy()[0, ind_head], picture[0], ax=axes[1], title=
 viz.save(fig, plot_path(args, "20_induction_stripe.png"))
 
 # %% [markdown]
+# The same sequence with every head: hover a token on the left to keep its row, or pick "all" to see each head in
+# its colour (one HTML file, no server and no network needed).
+
+# %%
+viz.save(viz.attention_html([w.numpy() for w in weights], [str(t) for t in picture[0]], layer=1, head=ind_head),
+         plot_path(args, "20_attention_view.html"))
+
+# %% [markdown]
 # ## Ablation: remove a head, measure what is lost
 # Replace one head's output by its mean over the batch and positions (mean ablation: the head keeps its average
 # contribution but no longer tells one token from another) and measure the in-context gain again, one head at a
-# time. A head the lookup depends on takes much of the gain with it; a head outside the circuit, little. Where heads
+# time. The mean comes from a run recorded first (`mean_from`): taken inside the ablated forward, it would carry
+# later tokens into earlier positions, and the model would no longer be causal. A head the lookup depends on takes much of the gain with it; a head outside the circuit, little. Where heads
 # share a role (two previous-token heads, or the three induction heads most runs grow), removing one leaves the
 # others to do part of the work, and each alone takes less: about half of the gain in the runs tried. So the
 # induction heads are also ablated together, every layer-1 head scoring 0.5 or more; together they should take
@@ -252,10 +261,12 @@ viz.save(fig, plot_path(args, "20_induction_stripe.png"))
 # `interpret.patch_heads`, is how one would find out).
 
 # %%
+with ta.no_grad(), interpret.record(model, [f"blocks.{i}.attn" for i in range(2)]) as unablated:
+    model(ta.tensor(eval_tokens[:, :-1]))                       # the run whose head means replace the heads
 gain_removed = {}
 for layer in range(2):
     for head in range(4):
-        with interpret.ablate_heads(model, {f"blocks.{layer}.attn": [head]}, how="mean"):
+        with interpret.ablate_heads(model, {f"blocks.{layer}.attn": [head]}, how="mean", mean_from=unablated):
             first, second = copy_losses(model)
         gain_removed[f"L{layer}H{head}"] = 1 - (first - second) / in_context_gain
 print("fraction of the in-context gain lost when one head is mean-ablated:\n  " +
@@ -265,7 +276,7 @@ prev_ablation_gain_removed = gain_removed[f"L0H{prev_head}"]
 print(f"ablating the induction head removes {ablation_gain_removed:.0%} of the gain, the strongest previous-token "
       f"head {prev_ablation_gain_removed:.0%}")
 induction_heads = [head for head in range(4) if induction[1, head] >= 0.5] or [ind_head]
-with interpret.ablate_heads(model, {"blocks.1.attn": induction_heads}, how="mean"):
+with interpret.ablate_heads(model, {"blocks.1.attn": induction_heads}, how="mean", mean_from=unablated):
     first, second = copy_losses(model)
 induction_heads_gain_removed = 1 - (first - second) / in_context_gain
 print(f"ablating layer 1's induction heads together (heads {', '.join(map(str, induction_heads))}) removes "

@@ -1,7 +1,7 @@
 """A student's copy of the repository: `python -m lessons student-copy DIR`.
 
 It writes the repository's files into DIR without the exercises' solutions (lessons/exercises/solutions/) and
-without the README's part for instructors, and with no git history (the solutions are in it). Everything a student
+without the exercises' guide's part for instructors, and with no git history (the solutions are in it). Everything a student
 runs works there: the lessons (lesson 06 trains on the student's attention once it is written, on the library's
 until then), the exercises, their notebooks and their checker, and the test suite (whose tests of the solutions and
 of the untouched stubs skip: lessons/exercises/ holds the student's work).
@@ -33,9 +33,12 @@ def repository_files(root):
                       and not path.name.endswith(".egg-info") and "plots/runs" not in path.as_posix())
 
 
-def without_instructors(readme):
-    """The README without its "### For instructors" part (up to the next heading of its level or above)."""
-    return re.sub(r"^### For instructors\n.*?(?=^##? |^### |\Z)", "", readme, flags=re.S | re.M)
+GUIDE = "lessons/exercises/README.md"           # the exercises' guide, whose part for instructors stays behind
+
+
+def without_instructors(guide):
+    """The exercises' guide without its "## For instructors" part (up to the next heading of its level or above)."""
+    return re.sub(r"^## For instructors\n.*?(?=^#{1,2} |\Z)", "", guide, flags=re.S | re.M)
 
 
 def write(target, root=ROOT):
@@ -52,7 +55,7 @@ def write(target, root=ROOT):
     written = [path for path in repository_files(root) if not path.startswith(SOLUTIONS)]
     for path in written:
         (target / path).parent.mkdir(parents=True, exist_ok=True)
-        if path == "README.md":
+        if path == GUIDE:
             (target / path).write_text(without_instructors((root / path).read_text(encoding="utf-8")),
                                        encoding="utf-8")
         else:
@@ -69,7 +72,7 @@ def main(argv):
         written = write(args.dir.resolve())
     except ValueError as error:
         parser.exit(2, f"{parser.prog}: {error}\n")
-    print(f"wrote {len(written)} files into {args.dir}, without {SOLUTIONS} and the README's part for instructors.\n"
+    print(f"wrote {len(written)} files into {args.dir}, without {SOLUTIONS} and the guide's part for instructors.\n"
           f"A student starts there with: cd {args.dir} && pip install -e . (or PYTHONPATH={os.path.abspath(args.dir)})"
           f" && python -m lessons exercises")
     return 0

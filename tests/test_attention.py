@@ -293,6 +293,54 @@ def test_key_padding_mask_hides_padded_keys_and_weights_for_plots():
         mha(x, key_padding_mask=ta.tensor([[0, 0, 0, 0, 1, 1]]))
 
 
+@pytest.mark.parametrize("path", ["fast", "reference"])
+@pytest.mark.parametrize("mask", ["causal", "padding", "float", None])
+def test_the_weights_kept_are_those_the_pass_computed(path, mask, monkeypatch):
+    """keeping_weights keeps what the forward computed, assembled from the fast twin's parts (thin parts: keys a
+    causal mask hides are left out of them), equal to a pass of their own; grouped heads too."""
+    monkeypatch.setattr(split, "MIN_SHARED_MATMUL", 0)          # many parts, each skipping the keys it cannot see
+    monkeypatch.setattr(split, "SCORES_PER_PART", 64)
+    q, k, v = randn(3, 4, 37, 8, dtype="float64"), randn(3, 2, 37, 8, dtype="float64"), randn(3, 2, 37, 8,
+                                                                                               dtype="float64")
+    attn_mask = {"causal": None, None: None, "float": randn(37, 37, dtype="float64"),
+                 "padding": ta.tensor(np.arange(37)[None, None, None, :] < np.array([37, 20, 5])[:, None, None, None])}
+    kwargs = dict(attn_mask=attn_mask[mask], is_causal=mask == "causal", enable_gqa=True)
+    with ta.reference(path == "reference"), F.keeping_weights() as kept:
+        out = F.scaled_dot_product_attention(q, k, v, **kwargs)
+    expected = F.attention_weights(q, k, **kwargs)
+    assert kept.weights.shape == (3, 4, 37, 37)
+    np.testing.assert_allclose(host(kept.weights), host(expected), rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(host(out), host(kept.weights @ ta.repeat_interleave(v, 2, dim=1)), rtol=1e-10)
+    with F.keeping_weights(False) as none_kept:
+        F.scaled_dot_product_attention(q, k, v, **kwargs)
+    assert none_kept.weights is None
+
+
+@pytest.mark.parametrize("impl", ["naive", "reference", "flash"])
+def test_a_module_keeps_the_weights_of_its_own_pass_and_recomputes_only_for_flash(impl, monkeypatch):
+    calls = []
+    second_pass = F.attention_weights
+    monkeypatch.setattr(F, "attention_weights", lambda *a, **kw: calls.append(1) or second_pass(*a, **kw))
+    mha = nn.MultiHeadAttention(16, 4, impl=impl).eval()
+    x = ta.randn(2, 9, 16)
+    with ta.no_grad():
+        mha(x, is_causal=True, need_weights=True)
+    assert len(calls) == (impl == "flash")
+    weights = host(mha.last_weights)
+    assert weights.shape == (2, 4, 9, 9) and np.allclose(weights.sum(-1), 1, atol=1e-6)
+    assert np.all(np.triu(weights, k=1) == 0)                                      # causal: nothing above the diagonal
+
+    class Mine(ta.Function):                        # a learner's attention (no mask here), which keeps nothing
+        @staticmethod
+        def forward(ctx, q, k, v, mask, scale, dropout_p, enable_gqa):
+            s = scale * q @ np.swapaxes(k, -1, -2)
+            p = np.exp(s - s.max(-1, keepdims=True))
+            return p / p.sum(-1, keepdims=True) @ v
+    with ta.no_grad(), F.use(scaled_dot_product_attention=Mine):
+        mha(x, need_weights=True)
+    assert len(calls) == (impl == "flash") + 1                                     # then the pass of their own runs
+
+
 def test_cross_attention_shapes_and_errors():
     cross = nn.MultiHeadAttention(8, 2, cross=True, kv_dim=6)
     out = cross(ta.randn(2, 3, 8), context=ta.randn(2, 5, 6), need_weights=True)

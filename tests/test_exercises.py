@@ -76,7 +76,7 @@ def with_mistake(tmp_path, name, *replacements):
 
 @instructors
 def test_a_wrong_backward_fails_with_gradchecks_message(tmp_path, capsys):
-    """The loop of the README: a missing scale in dQ fails the gradcheck, which says it is a factor everywhere, that
+    """The loop of the exercises' guide: a missing scale in dQ fails the gradcheck, which says it is a factor everywhere, that
     dk and dv are right, and which mistake the numbers match."""
     mine = with_mistake(tmp_path, "attention", ("grad_q = ctx.scale * (grad_s @ k)", "grad_q = grad_s @ k"))
     code, out = grade(capsys, "attention", "--file", mine)
@@ -298,7 +298,7 @@ def test_a_lesson_runs_on_the_learners_file_once_complete_else_the_solution_else
 
 def test_the_readmes_import_of_an_exercise_works_from_the_repository_root():
     line = "from lessons.exercises.attention import Attention"
-    assert line in (ROOT / "README.md").read_text()
+    assert line in (ROOT / "lessons" / "exercises" / "README.md").read_text()
     ran = subprocess.run([sys.executable, "-c", line + "\nfrom lessons.exercises.grouped_query import "
                           "GroupedQueryAttention"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert ran.returncode == 0, ran.stderr

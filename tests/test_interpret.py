@@ -84,6 +84,45 @@ def test_recording_names_what_is_missing():
         cache["blocks.0.mlp"]
 
 
+class Watched(np.ndarray):
+    """An array that notes, for every product (np.matmul, which `@` calls) taking it, whether BLAS was held to one
+    thread then; the results of elementwise work and products on it are Watched too, so it follows the forward."""
+    products = []
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        from tinyattn.cpu import tuning
+        if ufunc is np.matmul:
+            Watched.products.append(tuning._depth > 0)
+        plain = lambda xs: tuple(x.view(np.ndarray) if isinstance(x, Watched) else x for x in xs)
+        if "out" in kwargs:
+            kwargs["out"] = plain(kwargs["out"])
+        result = getattr(ufunc, method)(*plain(inputs), **kwargs)
+        return result.view(Watched) if isinstance(result, np.ndarray) and result.dtype.kind == "f" else result
+
+
+def test_every_product_of_a_forward_that_keeps_attention_weights_runs_with_blas_held(monkeypatch):
+    # OpenBLAS's threads wait on a busy core outside the hold (4-8x slower on 2 cores with one busy)
+    from tinyattn.cpu import tuning
+    einsums, real_einsum = [], np.einsum
+
+    def einsum(*args, **kwargs):
+        einsums.append(tuning._depth > 0)
+        return real_einsum(*args, **kwargs)
+    monkeypatch.setattr(np, "einsum", einsum)
+    model, x = gpt(), ids()
+    for p in model.parameters():
+        p.array = p.array.view(Watched)
+    Watched.products.clear()
+    with ta.no_grad():
+        model(x)
+        with interpret.record(model):
+            model(x)
+        model(x, return_attention=True)
+        model.blocks[0].attn(model.tok_emb(x), need_weights=True)
+    assert len(Watched.products) >= 4 * 3 * 2 + 2 * 2 + 1           # the weights' products among them
+    assert all(Watched.products) and all(einsums)
+
+
 # -- interventions, against a 1-layer attention-only GPT written out by hand ---------------------------------------
 def by_hand(model, tokens, change=None):
     """The logits of a 1-layer attention-only GPT in NumPy, and each head's output z (B, T, H, head_dim); change(z)
@@ -144,9 +183,14 @@ def test_mean_ablation_puts_each_heads_mean_over_batch_and_positions_in_its_plac
             z[:, :, 2] = source[:, :, 2].mean(axis=(0, 1))
             return z
         return change
-    with interpret.ablate_heads(model, {"blocks.0.attn": [2]}, how="mean"):
+    with interpret.record(model) as same:
+        model(x)
+    with interpret.ablate_heads(model, {"blocks.0.attn": 2}, how="mean", mean_from=same):     # one head, bare
         ablated = model(x).numpy()
     assert np.allclose(ablated, by_hand(model, x, to_mean_of(z))[0], atol=1e-12)
+    # a mean over the current input's positions would carry later tokens into earlier outputs of a causal model
+    with pytest.raises(ValueError, match="GPT is causal: a mean over this input's positions .* mean_from=cache"):
+        interpret.ablate_heads(model, {"blocks.0.attn": [2]}, how="mean")
     other = ids(batch=5, length=4, seed=3)                        # a mean from another run, of other shapes
     with interpret.record(model) as cache:
         model(other)
@@ -186,12 +230,93 @@ def test_interventions_refuse_what_they_cannot_do_and_leave_no_hook():
     with pytest.raises(IndexError, match="'blocks.0.attn' has 4 heads \\(0 to 3\\), got head 4"):
         with interpret.ablate_heads(model, {"blocks.0.attn": [4]}):
             pass
-    with pytest.raises(TypeError, match="'blocks.0.ln1' is a LayerNorm, not an nn.MultiHeadAttention"):
+    with pytest.raises(TypeError, match="'blocks.0.ln1' is a LayerNorm, which has no heads tools can change; they "
+                                        "change the heads of tinyattn's nn.MultiHeadAttention and of PyTorch's "
+                                        "nn.MultiheadAttention"):
         with interpret.ablate_heads(model, {"blocks.0.ln1": [0]}):
             pass
     with pytest.raises(ValueError, match="how must be 'zero' or 'mean'"):
         interpret.ablate_heads(model, {"blocks.0.attn": [0]}, how="resample")
     assert hooks(model) == 0
+
+
+class Ported(nn.Module):
+    """Code ported from PyTorch: self-attention through nn.MultiheadAttention (PyTorch's name and signature)."""
+
+    def __init__(self, batch_first):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(8, 2, batch_first=batch_first)
+        self.batch_first = batch_first
+
+    def forward(self, x):
+        x = x if self.batch_first else x.transpose(0, 1)
+        out = self.attn(x, x, x, need_weights=False)[0]
+        return out if self.batch_first else out.transpose(0, 1)
+
+
+def multihead_by_hand(module, x, change=None):
+    """PyTorch's documented MultiheadAttention on x (B, L, E): its (B, H, L, L) weights, heads z (B, L, H, hd) and
+    output, z changed by change(z) before out_proj."""
+    w, b = module.in_proj_weight.numpy(), module.in_proj_bias.numpy()
+    q, k, v = np.split(x @ w.T + b, 3, axis=-1)
+    q, k, v = (a.reshape(*a.shape[:2], 2, 4).transpose(0, 2, 1, 3) for a in (q, k, v))
+    scores = q @ k.transpose(0, 1, 3, 2) / 2.0
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    weights /= weights.sum(-1, keepdims=True)
+    z = (weights @ v).transpose(0, 2, 1, 3)
+    read = z if change is None else change(z.copy())
+    out = read.reshape(*x.shape[:2], 8) @ module.out_proj.weight.numpy().T + module.out_proj.bias.numpy()
+    return weights, z, out
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_pytorchs_multihead_attention_is_recorded_ablated_and_patched(batch_first):
+    ta.manual_seed(0)
+    model = Ported(batch_first).double().eval()
+    x, other = ta.randn(3, 5, 8, dtype=ta.float64), ta.randn(3, 5, 8, dtype=ta.float64)
+    weights, z, out = multihead_by_hand(model.attn, x.numpy())
+    with interpret.record(model) as cache:
+        assert np.allclose(model(x).numpy(), out, atol=1e-12)
+    assert not model.attn.keep_weights
+    assert np.allclose(cache.attention["attn"].numpy(), weights, atol=1e-12)       # (B, H, L, S)
+    assert np.allclose(cache.heads["attn"].numpy(), z, atol=1e-12)                 # (B, L, H, head_dim)
+    with interpret.ablate_heads(model, {"attn": 1}):
+        assert np.allclose(model(x).numpy(), multihead_by_hand(model.attn, x.numpy(), zeroed(1))[2], atol=1e-12)
+
+    def to_mean(z):                                                                 # not causal: this input's mean
+        z[:, :, 0] = z[:, :, 0].mean(axis=(0, 1))
+        return z
+    with interpret.ablate_heads(model, {"attn": [0]}, how="mean"):
+        assert np.allclose(model(x).numpy(), multihead_by_hand(model.attn, x.numpy(), to_mean)[2], atol=1e-12)
+    z_other = multihead_by_hand(model.attn, other.numpy())[1]
+
+    def from_other(z):
+        z[:, :, 1] = z_other[:, :, 1]
+        return z
+    with interpret.record(model) as source:
+        model(other)
+    with interpret.patch_heads(model, {"attn": [1]}, source=source):
+        assert np.allclose(model(x).numpy(), multihead_by_hand(model.attn, x.numpy(), from_other)[2], atol=1e-12)
+    assert hooks(model) == 0
+
+
+def test_a_shared_attention_module_is_recorded_once_and_left_as_it_was():
+    # PyTorch's named_modules lists a module reachable under two names once (remove_duplicate=True); record must
+    # leave keep_weights as it found it either way
+    attention = nn.MultiHeadAttention(8, 2)
+    model = nn.Sequential(attention, attention)
+    assert [name for name, _ in model.named_modules()] == ["", "0", "0.qkv", "0.out_proj"]
+    with interpret.record(model) as cache:
+        model(ta.randn(1, 3, 8))
+    assert not attention.keep_weights and list(cache.attention) == ["0"]
+    with interpret.record(model, names=["0", "1"]) as cache:                     # both names, asked for
+        assert attention.keep_weights
+        model(ta.randn(1, 3, 8))
+    assert not attention.keep_weights and set(cache.attention) == {"0", "1"}
+    with pytest.warns(UserWarning, match=r"record sees the weights and heads of MultiHeadAttention, "
+                                         r"MultiheadAttention only; '0' \(WindowAttention\): output recorded"):
+        with interpret.record(nn.Sequential(nn.WindowAttention(8, 2, 2))) as cache:
+            pass
 
 
 # -- head scores on hand-made patterns --------------------------------------------------------------------------------
@@ -245,6 +370,8 @@ def test_induction_score_counts_every_earlier_copy_and_only_queries_that_have_on
 
 
 def test_head_scores_refuse_inputs_without_an_answer():
+    with pytest.raises(ValueError, match="previous_token_score needs sequences of 2 tokens or more .*over 1"):
+        interpret.previous_token_score([np.ones((1, 2, 1, 1))])
     with pytest.raises(ValueError, match="no query position has a target"):
         interpret.induction_score([np.ones((1, 1, 3, 3)) / 3], np.array([[1, 2, 3]]))
     with pytest.raises(ValueError, match=r"tokens give targets for \(B, T, T\) = \(1, 4, 4\), the weights are "

@@ -152,6 +152,79 @@ def test_gpt_generate_with_cache_equals_without_and_parameter_count():
         + 12 * layers * 32 * d                                  # each token skips 2 of the 4 experts
 
 
+@pytest.mark.parametrize("position", ["learned", "rope"])
+def test_cached_generation_past_block_size_gives_the_tokens_of_the_sliding_window(position):
+    # transformers and use_cache=False read the last block_size tokens at every step; the cache must give the same
+    ta.manual_seed(0)
+    model = models.GPT(models.GPTConfig(vocab_size=20, block_size=8, n_layer=1, num_heads=2, d_model=16,
+                                        position=position)).eval()
+    prompt = ta.randint(0, 20, (2, 8))
+    one_more = model.generate(prompt, 1, temperature=0, use_cache=True)        # block_size + 1 tokens
+    assert one_more.shape == (2, 9)
+    np.testing.assert_array_equal(host(one_more), host(model.generate(prompt, 1, temperature=0, use_cache=False)))
+    for total in (7, 8, 9, 24):                                                 # block_size - 1 ... 3 x block_size
+        cached = host(model.generate(prompt[:, :3], total - 3, temperature=0, use_cache=True))
+        plain = host(model.generate(prompt[:, :3], total - 3, temperature=0, use_cache=False))
+        assert cached.shape == (2, total)
+        np.testing.assert_array_equal(cached, plain)
+    window = host(model.generate(prompt, 1, temperature=0, use_cache=False))   # the 9th token read tokens 1..8
+    np.testing.assert_array_equal(window[:, -1], host(model(prompt[:, -8:])).argmax(-1)[:, -1])
+
+
+def fixed_logits_gpt(logits):
+    """A GPT whose next-token logits are `logits` at every position: ln_f outputs its bias, a one-hot, which the
+    head maps to one column of its weight."""
+    model = tiny_gpt(vocab_size=len(logits)).eval()
+    model.ln_f.weight.array[...] = 0
+    model.ln_f.bias.array[...] = np.eye(16)[0]
+    model.head.weight.array[...] = 0
+    model.head.weight.array[:, 0] = np.asarray(logits)
+    return model
+
+
+def test_generate_top_p_keeps_the_smallest_set_reaching_p_and_stops_at_eos():
+    # transformers: "only the smallest set of most probable tokens with probabilities that add up to top_p or
+    # higher are kept"; probabilities 0.5, 0.3, 0.15, 0.05 with top_p=0.7 keep tokens 0 and 1
+    model = fixed_logits_gpt(np.log([0.5, 0.3, 0.15, 0.05]))
+    ta.manual_seed(0)
+    drawn = host(model.generate(ta.zeros(64, 1, dtype=ta.int64), 4, top_p=0.7))[:, 1:]
+    assert set(np.unique(drawn)) == {0, 1}
+    assert 0.5 < (drawn == 0).mean() < 0.75                                     # 0.5 / 0.8 of the kept mass
+    ta.manual_seed(0)
+    assert set(np.unique(host(model.generate(ta.zeros(64, 1, dtype=ta.int64), 4, top_p=0.85)))) == {0, 1, 2}
+    # eos_token_id: a sequence stops at its first eos; the others go on; finished ones are padded with pad_token_id
+    model = fixed_logits_gpt([0.0, 1.0, 3.0, 2.0])                              # greedy: always token 2
+    out = host(model.generate(ta.tensor([[0], [1]]), 5, temperature=0, eos_token_id=2))
+    assert out.tolist() == [[0, 2], [1, 2]]                                     # every sequence stopped: done
+    out = host(model.generate(ta.tensor([[0, 1]]), 3, temperature=0, eos_token_id=[7, 9]))
+    assert out.tolist() == [[0, 1, 2, 2, 2]]                                    # no eos drawn: all 3 tokens
+    ta.manual_seed(1)
+    model, prompt = tiny_gpt().eval(), ta.randint(0, 17, (2, 3))
+    free = host(model.generate(prompt, 6, temperature=0))
+    eos = int(free[0, 3])                                                       # row 0's first new token
+    stops = host(model.generate(prompt, 6, temperature=0, eos_token_id=eos, pad_token_id=16))
+    row1_end = next((i + 1 for i in range(3, 9) if free[1, i] == eos), 9)
+    assert stops.shape[1] == row1_end
+    assert stops[0, 3:].tolist() == [eos] + [16] * (row1_end - 4)               # stopped, then padded
+    assert stops[1].tolist() == free[1, :row1_end].tolist()                     # goes on until its own eos
+
+
+def test_crop_block_size_keeps_the_first_positions_and_the_outputs():
+    ta.manual_seed(0)
+    model = tiny_gpt().eval()
+    ids = ta.randint(0, 17, (1, 6))
+    before = host(model(ids))
+    first = host(model.pos_emb.weight)[:8]
+    assert model.crop_block_size(8) is model and model.config.block_size == 8
+    np.testing.assert_array_equal(host(model.pos_emb.weight), first)
+    np.testing.assert_array_equal(host(model(ids)), before)                     # a context of 6 <= 8: unchanged
+    with pytest.raises(ValueError, match="9 positions exceed block_size 8"):
+        model(ta.randint(0, 17, (1, 9)))
+    with pytest.raises(ValueError, match="crop_block_size takes 1 to block_size=8, got 9"):
+        model.crop_block_size(9)
+    assert model.generate(ids, 5, temperature=0).shape == (1, 11)             # slides past the cropped window
+
+
 def test_transformer_post_and_pre_norm_overfit_and_decode():
     for norm_first in (False, True):
         ta.manual_seed(0)

@@ -99,3 +99,24 @@ def _non_leaf_parameter():
     p = nn.Parameter(ta.ones(1))
     p._node = (p * 2)._node                                     # a Parameter with a history (as from a computation)
     return p
+
+
+def test_a_shared_module_is_walked_once_and_saved_under_every_name():
+    # PyTorch's documented example: l = nn.Linear(2, 2); net = nn.Sequential(l, l); net.named_modules() gives
+    # ('', Sequential) and ('0', Linear) only; remove_duplicate=False gives '1' as well
+    lin = nn.Linear(2, 2)
+    net = nn.Sequential(lin, lin)
+    assert [(name, m) for name, m in net.named_modules()] == [("", net), ("0", lin)]
+    assert [name for name, _ in net.named_modules(remove_duplicate=False)] == ["", "0", "1"]
+    assert [name for name, _ in net.named_modules(prefix="net")] == ["net", "net.0"]
+    assert list(net.modules()) == [net, lin] and names(net) == ["0.weight", "0.bias"]
+    assert list(net.state_dict()) == ["0.weight", "0.bias", "1.weight", "1.bias"]      # as torch's state_dict
+    visited = []
+    net.apply(visited.append)
+    assert sorted(map(id, visited)) == sorted([id(lin), id(net)])                    # once each
+    net(ta.randn(3, 2)).sum().backward()
+    net.zero_grad()
+    assert lin.weight.grad is None
+    net.register_buffer("scale", ta.ones(1))
+    lin.register_buffer("scale", net.scale)
+    assert [name for name, _ in net.named_buffers()] == ["scale"]                     # a shared buffer once

@@ -142,6 +142,50 @@ def test_config_decides_what_it_says(tmp_path):
     np.testing.assert_array_equal(host(model.head.weight), arrays["lm_head.weight"].astype(np.float32))
 
 
+def test_older_and_training_settings_load_as_transformers_loads_them(tmp_path):
+    arrays = gpt2_arrays(np.random.default_rng(2))
+    # three different dropouts (transformers loads them; they matter in training only), and n_ctx without
+    # n_positions, as older files give the context
+    config = gpt2_config(resid_pdrop=0.1, embd_pdrop=0.2, attn_pdrop=0.3)
+    config["n_ctx"] = config.pop("n_positions")
+    folder = write(tmp_path / "m", config, arrays)
+    model = models.GPT.from_pretrained(folder)
+    assert (model.config.dropout, model.config.block_size, model.training) == (0.1, POSITIONS, False)
+    assert models.GPT.from_pretrained(folder, dropout=0.25).config.dropout == 0.25      # nanoGPT's override_args
+    with pytest.raises(TypeError, match="overrides dropout and impl only; n_layer come from config.json"):
+        models.GPT.from_pretrained(folder, n_layer=1)
+    del config["n_ctx"]
+    write(folder, config, arrays)
+    with pytest.raises(hub.PretrainedError, match="has neither 'n_positions' nor 'n_ctx'"):
+        models.GPT.from_pretrained(folder)
+
+
+def test_a_tensor_of_the_wrong_shape_is_named_by_its_key_in_the_file(tmp_path):
+    arrays = gpt2_arrays(np.random.default_rng(2))
+    arrays["h.1.mlp.c_fc.weight"] = arrays["h.1.mlp.c_fc.weight"][:, :-1]            # (in, out) = (8, 31)
+    folder = write(tmp_path / "m", gpt2_config(), {"transformer." + k: v for k, v in arrays.items()})
+    with pytest.raises(hub.PretrainedError, match=r"m holds tensors of another shape than its config.json "
+                                                  r"describes: transformer.h.1.mlp.c_fc.weight is \(8, 31\), the "
+                                                  r"model needs \(8, 32\)$"):
+        models.GPT.from_pretrained(folder)
+
+
+def test_a_stored_lm_head_loads_as_transformers_5_loads_it(tmp_path):
+    # transformers 5 with tie_word_embeddings: both stored and equal -> tied; both stored and different -> kept
+    # apart, with a warning
+    arrays = gpt2_arrays(np.random.default_rng(2))
+    folder = write(tmp_path / "same", gpt2_config(), {**arrays, "lm_head.weight": arrays["wte.weight"]})
+    model = models.GPT.from_pretrained(folder)
+    assert model.head.weight is model.tok_emb.weight and model.config.tie_weights
+    head = np.random.default_rng(3).normal(size=(VOCAB, D))
+    folder = write(tmp_path / "differ", gpt2_config(), {**arrays, "lm_head.weight": head})
+    with pytest.warns(UserWarning, match="lm_head.weight differs from wte.weight; loading both, untied"):
+        model = models.GPT.from_pretrained(folder)
+    assert model.head.weight is not model.tok_emb.weight and not model.config.tie_weights
+    np.testing.assert_array_equal(host(model.head.weight), head.astype(np.float32))
+    np.testing.assert_array_equal(host(model.tok_emb.weight), arrays["wte.weight"].astype(np.float32))
+
+
 def test_save_pretrained_round_trips_and_writes_gpt2s_layout(tmp_path):
     ta.manual_seed(0)
     config = models.GPTConfig(vocab_size=VOCAB, block_size=POSITIONS, n_layer=LAYERS, num_heads=HEADS, d_model=D,
@@ -163,6 +207,76 @@ def test_save_pretrained_round_trips_and_writes_gpt2s_layout(tmp_path):
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["config.json", "model.safetensors"]
 
 
+def small_gpt(seed, **changes):
+    ta.manual_seed(seed)
+    return models.GPT(models.GPTConfig(**{**dict(vocab_size=VOCAB, block_size=POSITIONS, n_layer=LAYERS,
+                                                 num_heads=HEADS, d_model=D, activation="gelu_tanh",
+                                                 tie_weights=True), **changes})).eval()
+
+
+def folder_bytes(folder):
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+@pytest.mark.parametrize("fault", ["fsync", "replace"])
+def test_a_failing_save_pretrained_leaves_the_whole_old_save_or_the_whole_new_one(tmp_path, monkeypatch, fault):
+    # the write of each file fails in turn (a full disk at fsync, a failing rename); other files always survive
+    old, new = small_gpt(0), small_gpt(1, vocab_size=VOCAB + 3, n_layer=1)
+    old.save_pretrained(tmp_path / "old")
+    new.save_pretrained(tmp_path / "new")
+    old_files, new_files = folder_bytes(tmp_path / "old"), folder_bytes(tmp_path / "new")
+    real, failures = getattr(os, fault), 0
+    for n in range(1, 20):
+        folder = tmp_path / f"try{n}"
+        old.save_pretrained(folder)
+        (folder / "tokenizer.json").write_text('{"model": "placed by hand"}')
+        calls = []
+
+        def failing(*args, real=real, n=n, calls=calls):
+            calls.append(args)
+            if len(calls) == n:
+                raise OSError(28, "No space left on device")
+            return real(*args)
+        monkeypatch.setattr(os, fault, failing)
+        try:
+            new.save_pretrained(folder)
+        except OSError:
+            failures += 1
+            expected = old_files
+        else:
+            expected = new_files
+        finally:
+            monkeypatch.setattr(os, fault, real)
+        files = folder_bytes(folder)
+        assert files.pop("tokenizer.json") == b'{"model": "placed by hand"}'
+        assert files == expected                                   # no mix, no temporaries, nothing set aside
+        if expected is new_files:
+            break
+    assert failures >= 2                                           # each of the two files failed once at least
+
+
+def test_save_pretrained_writes_numpy_settings_and_replaces_an_earlier_sharded_save(tmp_path):
+    ids = np.array([[3, 1, 4, 1, 5]])
+    vocab = ids.max() + 10                                          # a NumPy integer, as training code makes them
+    model = small_gpt(0, vocab_size=vocab)
+    folder = tmp_path / "out"
+    folder.mkdir()
+    for name in ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"):
+        save_file({"x": np.zeros(2, np.float32)}, str(folder / name))          # an earlier save's shards
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"x": "model-00001-of-00002"
+                                                                                        ".safetensors"}}))
+    (folder / "README.md").write_text("my model")
+    (folder / "preprocessor_config.json").write_text("{}")
+    model.save_pretrained(folder)
+    assert sorted(p.name for p in folder.iterdir()) == ["README.md", "config.json", "model.safetensors",
+                                                        "preprocessor_config.json"]
+    assert '"vocab_size": 15' in (folder / "config.json").read_text()
+    np.testing.assert_array_equal(host(models.GPT.from_pretrained(folder)(ids)), host(model(ids)))
+    with pytest.raises(TypeError, match="the setting block_size=.* is a object, which config.json cannot hold"):
+        hub.write_folder(tmp_path / "never", {"block_size": object()}, {"w": np.zeros(1)})
+    assert not (tmp_path / "never").exists()                       # refused before anything was written
+
+
 @pytest.mark.parametrize("setting, message", [
     ({"position": "rope"}, "position='rope'"), ({"norm": "rms"}, "norm='rms'"), ({"mlp": "swiglu"}, "mlp='swiglu'"),
     ({"mlp": "moe"}, "mlp='moe'"), ({"num_kv_heads": 1}, "num_kv_heads=1"), ({"bias": False}, "bias=False"),
@@ -179,7 +293,7 @@ def test_save_pretrained_refuses_what_gpt2_cannot_express(tmp_path, setting, mes
     ({"scale_attn_weights": False}, "scale_attn_weights=False"),
     ({"add_cross_attention": True}, "add_cross_attention=True"),
     ({"activation_function": "swish"}, "activation_function='swish'"),
-    ({"attn_pdrop": 0.0}, "different dropouts"), ({"model_type": "llama"}, "is a 'llama' model"),
+    ({"model_type": "llama"}, "is a 'llama' model"),
     ({"n_head": None}, None)])
 def test_settings_gptconfig_cannot_express_are_refused_naming_the_key(tmp_path, change, message):
     config = gpt2_config(**change)
@@ -201,7 +315,9 @@ def test_missing_unknown_and_absent_files_are_named(tmp_path):
         models.GPT.from_pretrained(folder)
     (folder / "model.safetensors").unlink()
     (folder / "pytorch_model.bin").write_bytes(b"\x80\x02")
-    with pytest.raises(hub.PretrainedError, match="pytorch_model.bin but no model.safetensors.*save_pretrained"):
+    with pytest.raises(hub.PretrainedError, match="pytorch_model.bin but no model.safetensors.*keeps the model's head"
+                                                  ".*AutoModelForCausalLM.*AutoModelForImageClassification.*"
+                                                  "save_pretrained"):
         models.GPT.from_pretrained(folder)
     (folder / "config.json").write_text("{not json")
     with pytest.raises(hub.PretrainedError, match="config.json is not valid JSON"):
@@ -211,6 +327,45 @@ def test_missing_unknown_and_absent_files_are_named(tmp_path):
         models.GPT.from_pretrained(folder)
     with pytest.raises(hub.PretrainedError, match="is not a folder"):
         models.GPT.from_pretrained(tmp_path / "nowhere")
+
+
+@pytest.mark.parametrize("weight_map", [["a"], None, {"wte.weight": 3}], ids=["list", "null", "shard-not-a-name"])
+def test_a_damaged_index_is_refused_naming_it(tmp_path, weight_map):
+    folder = write(tmp_path / "m", gpt2_config(), gpt2_arrays(np.random.default_rng(0)))
+    (folder / "model.safetensors").rename(folder / "model-00001-of-00001.safetensors")
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    with pytest.raises(hub.PretrainedError, match="model.safetensors.index.json is damaged: its weight_map"):
+        models.GPT.from_pretrained(folder)
+
+
+def test_deep_json_and_invalid_hub_names_are_refused_saying_so(tmp_path):
+    folder = write(tmp_path / "m", gpt2_config(), gpt2_arrays(np.random.default_rng(0)))
+    (folder / "config.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(hub.PretrainedError, match="config.json is not valid JSON .nested too deeply"):
+        models.GPT.from_pretrained(folder)
+    for name in ("gpt2/..", "-gpt2", "a/b--c", "gpt2 small"):
+        with pytest.raises(hub.PretrainedError, match="is neither a folder nor a valid Hugging Face hub name"):
+            models.GPT.from_pretrained(name)
+
+
+def test_bfloat16_files_load_as_float32_with_one_warning(tmp_path):
+    # many published checkpoints are bfloat16: its 16 bits are the high half of a float32, so widening is exact
+    arrays = {k: v.astype(np.float32) for k, v in gpt2_arrays(np.random.default_rng(0)).items()}
+    high_halves = {k: (v.view(np.uint32) >> 16).astype(np.uint16) for k, v in arrays.items()}
+    folder = tmp_path / "bf16"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(gpt2_config()))
+    header, body = {"__metadata__": {"format": "pt"}}, b""
+    for key, bits in high_halves.items():
+        header[key] = {"dtype": "BF16", "shape": list(bits.shape), "data_offsets": [len(body), len(body) + bits.nbytes]}
+        body += bits.tobytes()
+    text = json.dumps(header).encode()
+    (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(text)) + text + body)
+    with pytest.warns(UserWarning, match="bfloat16 tensors .* read as float32") as seen:
+        model = models.GPT.from_pretrained(folder)
+    assert len(seen) == 1 and model.tok_emb.weight.dtype == ta.float32
+    expected = (high_halves["wte.weight"].astype(np.uint32) << 16).view(np.float32)
+    np.testing.assert_array_equal(host(model.tok_emb.weight), expected)
 
 
 def test_a_hub_name_without_the_package_or_offline_says_what_to_do(tmp_path, monkeypatch):
@@ -311,6 +466,34 @@ def test_image_processor_resizes_rescales_and_normalises_as_configured(tmp_path)
         data.ImageProcessor.from_pretrained(tmp_path / "vit")
 
 
+def test_image_processor_crops_the_centre_as_transformers_does_and_refuses_what_it_does_not_apply(tmp_path):
+    # transformers: resize, then centre crop with top = (H - h) // 2 and left = (W - w) // 2 (an odd margin's
+    # extra pixel at the bottom and right); a smaller image is padded with zeros first, the odd pixel at the end
+    folder = tmp_path / "deit"
+    folder.mkdir()
+    settings = {"do_resize": True, "size": {"height": 40, "width": 40}, "resample": 3, "do_center_crop": True,
+                "crop_size": {"height": 32, "width": 32}, "do_rescale": True, "rescale_factor": 1 / 255,
+                "do_normalize": False, "do_pad": False, "image_processor_type": "DeiTImageProcessor"}
+    (folder / "preprocessor_config.json").write_text(json.dumps(settings))
+    image = np.random.default_rng(0).integers(0, 256, (50, 60, 3), dtype=np.uint8)
+    assert data.ImageProcessor.from_pretrained(folder)(image).shape == (1, 3, 32, 32)
+    (folder / "preprocessor_config.json").write_text(json.dumps({**settings, "do_resize": False,
+                                                                 "crop_size": {"height": 3, "width": 3}}))
+    ramp = np.arange(6 * 8, dtype=np.uint8).reshape(6, 8, 1).repeat(3, axis=2)      # pixel value = 8 * y + x
+    cropped = data.ImageProcessor.from_pretrained(folder)(ramp)[0, 0] * 255
+    np.testing.assert_allclose(cropped, [[8 * y + x for x in (2, 3, 4)] for y in (1, 2, 3)], atol=1e-4)
+    (folder / "preprocessor_config.json").write_text(json.dumps({**settings, "do_resize": False,
+                                                                 "crop_size": {"height": 5, "width": 4}}))
+    small = np.full((2, 1, 3), 255, np.uint8)
+    padded = data.ImageProcessor.from_pretrained(folder)(small)[0, 0]
+    assert padded.shape == (5, 4)
+    np.testing.assert_array_equal(np.argwhere(padded == 1), [[1, 1], [2, 1]])      # pads (1, 2) rows, (1, 2) cols
+    for key, value in [("crop_pct", 0.875), ("do_pad", True), ("size_divisor", 32)]:
+        (folder / "preprocessor_config.json").write_text(json.dumps({**settings, key: value}))
+        with pytest.raises(hub.PretrainedError, match=f"sets {key}, which ImageProcessor does not apply"):
+            data.ImageProcessor.from_pretrained(folder)
+
+
 def byte_level_bpe(text):
     """A byte-level BPE as GPT-2's (its pieces mark a leading space with 'Ġ'), trained on text."""
     tokenizers = pytest.importorskip("tokenizers")
@@ -330,6 +513,33 @@ def test_tokenizer_reads_tokenizer_json(tmp_path):
     assert tokenizer.decode(ids) == "the cat sat" and tokenizer.decode(ta.tensor(ids)) == "the cat sat"
     assert tokenizer.tokens("the cat") == ["the", "Ġcat"] and len(ids) == 3
     assert tokenizer.vocab_size == bpe.get_vocab_size()
+
+
+def test_decode_keeps_special_tokens_and_batch_decode_takes_generates_output(tmp_path):
+    # transformers: decode(..., skip_special_tokens=False) by default; batch_decode decodes each row
+    bpe = byte_level_bpe("the cat sat on the mat")
+    bpe.add_special_tokens(["<|endoftext|>"])
+    bpe.save(str(tmp_path / "tokenizer.json"))
+    tokenizer = data.Tokenizer.from_pretrained(tmp_path)
+    ids = tokenizer.encode("the cat<|endoftext|>the mat")
+    assert tokenizer.decode(ids) == "the cat<|endoftext|>the mat"
+    assert tokenizer.decode(ids, skip_special_tokens=True) == "the catthe mat"
+    rows = ta.tensor([tokenizer.encode("the cat"), tokenizer.encode("the mat")])          # (2, T), as generate's
+    assert tokenizer.batch_decode(rows) == ["the cat", "the mat"]
+    assert tokenizer.decode(rows[:1]) == "the cat"                                         # (1, T): its one row
+    with pytest.raises(ValueError, match="decode takes one sequence, got 2; batch_decode"):
+        tokenizer.decode(rows)
+
+
+def test_a_missing_or_foreign_tokenizer_json_says_what_it_is_and_what_to_do(tmp_path):
+    pytest.importorskip("tokenizers")
+    with pytest.raises(hub.PretrainedError, match="holds no tokenizer.json.*a prompt needs it.*huggingface.co/gpt2"):
+        data.Tokenizer.from_pretrained(tmp_path)
+    for content in ('{"a": 1}', "[]", '{"version": "1.0"}'):
+        (tmp_path / "tokenizer.json").write_text(content)
+        with pytest.raises(hub.PretrainedError, match="tokenizer.json is not a tokenizer the tokenizers package "
+                                                      "reads"):
+            data.Tokenizer.from_pretrained(tmp_path)
 
 
 # -- the lessons meet the real models (here: small ones in the same layouts) ---------------------------------------
@@ -355,6 +565,16 @@ def test_lesson_06_meets_a_gpt2_folder_and_refuses_a_missing_one_in_one_line(tmp
     metrics = result_of(run_lesson("06", folder, tmp_path))
     assert 0 <= metrics["gpt2_prev_token_score_max"] <= 1
     assert (tmp_path / "plots" / "06_gpt2_previous_token.png").exists()
+    (folder / "tokenizer.json").unlink()
+    no_tokenizer = run_lesson("06", folder, tmp_path)
+    assert no_tokenizer.returncode != 0 and "Traceback" not in no_tokenizer.stderr
+    assert len(no_tokenizer.stderr.strip().splitlines()) == 1 and "a prompt needs it" in no_tokenizer.stderr
+    data = (folder / "model.safetensors").read_bytes()
+    (folder / "model.safetensors").write_bytes(data[:-100])           # a damaged weight file: CheckpointError
+    damaged = run_lesson("06", folder, tmp_path)
+    assert damaged.returncode != 0 and "Traceback" not in damaged.stderr
+    assert damaged.stderr.strip().splitlines()[0].startswith(f"--weights {folder}: {folder / 'model.safetensors'} "
+                                                              "is truncated")
     missing = run_lesson("06", tmp_path / "nowhere", tmp_path)
     assert missing.returncode != 0 and "Traceback" not in missing.stderr
     assert missing.stderr.strip().splitlines() == [f"--weights {tmp_path / 'nowhere'}: {tmp_path / 'nowhere'} is not "

@@ -93,12 +93,67 @@ def test_truncated_damaged_and_foreign_files_are_refused_naming_the_file(tmp_pat
         ta.load(damaged)
 
 
-def test_bfloat16_is_refused_with_what_to_do(tmp_path):
-    header = json.dumps({"w": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4]}}).encode()
-    path = tmp_path / "bf16.safetensors"
-    path.write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * 4)
-    with pytest.raises(ta.CheckpointError, match="bf16.safetensors: tensor 'w' is stored as BF16.*float32"):
+def by_hand(path, header, body):
+    """A .safetensors file written from its published layout: length, JSON header, bytes."""
+    text = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(text)) + text + body)
+    return path
+
+
+def test_bfloat16_is_widened_to_float32_exactly_with_one_warning_per_file(tmp_path):
+    # a bfloat16 is the high 16 bits of a float32: 0x3F80 is 1.0, 0xC020 is -2.5, 0x4049 is 3.140625
+    bits = np.array([0x3F80, 0xC020, 0x4049], "<u2").tobytes()
+    path = by_hand(tmp_path / "bf16.safetensors", {"a": {"dtype": "BF16", "shape": [3], "data_offsets": [0, 6]},
+                                                   "b": {"dtype": "BF16", "shape": [1], "data_offsets": [6, 8]}},
+                   bits + bits[:2])
+    with pytest.warns(UserWarning, match=r"bf16.safetensors: 2 bfloat16 tensors \(a, b\) read as float32") as seen:
+        loaded = ta.load(path)
+    assert len(seen) == 1
+    assert loaded["a"].dtype == ta.float32 and host(loaded["a"]).tolist() == [1.0, -2.5, 3.140625]
+    assert host(loaded["b"]).tolist() == [1.0]
+    by_hand(path, {"w": {"dtype": "F8_E4M3", "shape": [2], "data_offsets": [0, 2]}}, b"\0\0")
+    with pytest.raises(ta.CheckpointError, match="bf16.safetensors: tensor 'w' is stored as F8_E4M3.*float32"):
         ta.load(path)
+
+
+@pytest.mark.parametrize("offsets", [5, None, [0], ["0", "8"], [8, 0], [-1, 7], [True, 8]])
+def test_damaged_data_offsets_are_refused_naming_the_file(tmp_path, offsets):
+    path = by_hand(tmp_path / "w.safetensors", {"w": {"dtype": "F32", "shape": [2], "data_offsets": offsets}},
+                   b"\0" * 8)
+    with pytest.raises(ta.CheckpointError, match=r"w.safetensors: the header's entry 'w' has damaged data_offsets"):
+        ta.load(path)
+    by_hand(path, {"w": {"dtype": "F32", "shape": [2, "x"], "data_offsets": [0, 8]}}, b"\0" * 8)
+    with pytest.raises(ta.CheckpointError, match=r"w.safetensors: the header's entry 'w' has a damaged shape"):
+        ta.load(path)
+
+
+def test_deeply_nested_header_and_reserved_name_are_refused(tmp_path):
+    path = tmp_path / "deep.safetensors"
+    text = b"[" * 100_000 + b"]" * 100_000
+    path.write_bytes(struct.pack("<Q", len(text)) + text)
+    with pytest.raises(ta.CheckpointError, match="deep.safetensors has a damaged safetensors header .*nested"):
+        ta.load(path)
+    # the header keeps __metadata__ for the file's own metadata: a tensor of that name makes a file nothing reads
+    with pytest.raises(ValueError, match="cannot hold a tensor named '__metadata__'"):
+        ta.save({"__metadata__": ta.ones(2)}, tmp_path / "m.safetensors")
+    assert not (tmp_path / "m.safetensors").exists()
+
+
+def test_the_format_goes_by_the_extension_whatever_its_case(tmp_path):
+    ta.save({"w": ta.arange(3)}, tmp_path / "w.SafeTensors")
+    assert (tmp_path / "w.SafeTensors").read_bytes()[8:9] == b"{"           # a safetensors header, not a zip
+    np.testing.assert_array_equal(host(ta.load(tmp_path / "w.SafeTensors")["w"]), [0, 1, 2])
+
+
+def test_saving_through_a_symbolic_link_writes_its_target(tmp_path):
+    # as open(path, "wb") and torch.save do: the link stays, its target gets the new contents
+    target = tmp_path / "run3.npz"
+    ta.save({"w": ta.ones(2)}, target)
+    link = tmp_path / "latest.npz"
+    link.symlink_to(target.name)
+    ta.save({"w": ta.zeros(2)}, link)
+    assert link.is_symlink() and sorted(p.name for p in tmp_path.iterdir()) == ["latest.npz", "run3.npz"]
+    np.testing.assert_array_equal(host(ta.load(target)["w"]), [0, 0])
 
 
 def test_safetensors_is_recognised_by_content_whatever_the_name(tmp_path):

@@ -37,8 +37,10 @@ def test_the_copy_has_the_exercises_without_their_solutions(copy):
         (ROOT / "lessons" / "exercises" / "attention.py").read_text()
     assert (copy / "lessons" / "checker.py").exists() and (copy / "tests" / "test_exercises.py").exists()
     assert not (copy / "lessons" / "exercises" / "solutions").exists() and not (copy / ".git").exists()
-    readme = (copy / "README.md").read_text()
-    assert "## Exercises" in readme and "### For instructors" not in readme and "## The lessons" in readme
+    guide = (copy / "lessons" / "exercises" / "README.md").read_text()
+    assert "## Reading a failure" in guide and "For instructors" not in guide
+    assert "## For instructors" in (ROOT / "lessons" / "exercises" / "README.md").read_text()
+    assert (copy / "README.md").read_text() == (ROOT / "README.md").read_text()
 
 
 def test_a_student_checks_and_grades_in_the_copy(copy):
@@ -90,7 +92,8 @@ def test_a_copy_is_refused_into_a_full_folder_or_with_solved_stubs(tmp_path):
     assert not (tmp_path / "new").exists()
 
 
-def test_the_readme_loses_only_the_part_for_instructors():
-    readme = "## Exercises\ntext\n### The loop\nloop\n### For instructors\nsolutions\n\n## The lessons\nlessons\n"
-    assert student_copy.without_instructors(readme) == \
-        "## Exercises\ntext\n### The loop\nloop\n## The lessons\nlessons\n"
+def test_the_guide_loses_only_the_part_for_instructors():
+    guide = "# Exercises\ntext\n## The loop\nloop\n### a step\n## For instructors\nsolutions\n### more\nof it\n\n" \
+            "## Reading a failure\nreading\n"
+    assert student_copy.without_instructors(guide) == \
+        "# Exercises\ntext\n## The loop\nloop\n### a step\n## Reading a failure\nreading\n"

@@ -1,6 +1,7 @@
 """No silent wrong answers: each test here failed before the behaviour it checks was built (issue 'Trust'), and each
 holds PyTorch's rule, error type included, so code that catches PyTorch's errors ports."""
 import os
+import struct
 import threading
 import warnings
 
@@ -447,6 +448,48 @@ def test_foreign_files_are_refused_saying_what_they_look_like(tmp_path):
     pickled.write_bytes(b"\x80\x02}q\x00.")
     with pytest.raises(ta.CheckpointError, match="pickled Python objects"):
         ta.load(pickled)
+
+
+def npy_bytes(header, data):
+    """An .npy member written from NumPy's published format: magic, version 1.0, header length, header, data."""
+    text = repr(header).encode("latin1")
+    text += b" " * (63 - (10 + len(text)) % 64) + b"\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(text)) + text + data
+
+
+def test_weight_files_are_untrusted_input_refused_before_they_are_inflated(tmp_path, monkeypatch):
+    import zipfile
+    # an .npy header claiming 8 TB beside 16 bytes of data: refused before NumPy allocates what it claims
+    huge = tmp_path / "huge.npz"
+    with zipfile.ZipFile(huge, "w") as archive:
+        archive.writestr("w.npy", npy_bytes({"descr": "<f8", "fortran_order": False, "shape": (10 ** 12,)}, b"\0" * 16))
+    with pytest.raises(ta.CheckpointError, match=r"huge.npz: 'w' claims shape \(1000000000000,\) of float64"):
+        ta.load(huge)
+    # a zip bomb: a deflated member declaring far more bytes than it holds (the limits made small for a quick test)
+    monkeypatch.setattr("tinyattn.serialization.INFLATED_BYTES_LIMIT", 1 << 16)
+    bomb = tmp_path / "bomb.npz"
+    np.savez_compressed(bomb, w=np.zeros(1 << 20))
+    with pytest.raises(ta.CheckpointError, match=r"bomb.npz: 'w.npy' inflates from .* to 8,388,736 bytes.*zip bomb"):
+        ta.load(bomb)
+    np.savez_compressed(bomb, w=np.arange(1 << 14, dtype=np.float64))          # compresses little: read
+    np.testing.assert_array_equal(host(ta.load(bomb)["w"]), np.arange(1 << 14))
+    monkeypatch.setattr("tinyattn.serialization._memory_bytes", lambda: 1000)   # more than the machine holds
+    with pytest.raises(ta.CheckpointError, match="bomb.npz declares 131,2.. bytes of arrays, more than this "
+                                                 "machine's memory"):
+        ta.load(bomb)
+
+
+@pytest.mark.parametrize("manifest", [b'{"dict": 5}', b"[]", b'{"array": "missing"}', b'{"a": 1, "b": 2}',
+                                      b'{"dict": [[1]]}', b"{nope", b"[" * 100_000 + b"]" * 100_000],
+                         ids=["dict-5", "list", "missing-member", "two-keys", "short-pair", "not-json", "deep"])
+def test_a_damaged_manifest_is_refused_naming_the_file(tmp_path, manifest):
+    import zipfile
+    path = tmp_path / "m.npz"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("w.npy", npy_bytes({"descr": "<f8", "fortran_order": False, "shape": (2,)}, b"\0" * 16))
+        archive.writestr("tinyattn.json", manifest)
+    with pytest.raises(ta.CheckpointError, match="m.npz: its tinyattn.json is damaged"):
+        ta.load(path)
 
 
 def test_checkpoint_permissions_follow_the_umask(tmp_path):

@@ -203,6 +203,24 @@ def generator(device):
     return _generators[device]
 
 
+class Generator:
+    """A random generator of one's own, as torch.Generator: Generator().manual_seed(42) (which returns it) gives the
+    same draws to randperm(n, generator=...), DataLoader(shuffle=True, generator=...) and random_split whatever
+    the global seed (tinyattn.manual_seed) is. Unseeded, it starts from PyTorch's default seed, 67280421310721."""
+
+    def __init__(self, device="cpu"):
+        self.device = check_device(device)
+        self.manual_seed(67280421310721)
+
+    def manual_seed(self, seed):
+        self._initial_seed = int(seed)
+        self.rng = xp_for(self.device).random.default_rng(self._initial_seed)
+        return self
+
+    def initial_seed(self):
+        return self._initial_seed
+
+
 # dtype names as PyTorch spells them (NumPy and CuPy share NumPy's dtype objects)
 float32, float64, float16 = numpy.dtype("float32"), numpy.dtype("float64"), numpy.dtype("float16")
 int64, int32, bool_ = numpy.dtype("int64"), numpy.dtype("int32"), numpy.dtype("bool")

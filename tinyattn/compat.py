@@ -1,8 +1,11 @@
 """PyTorch names that have no work to do on NumPy, and clear refusals of what NumPy cannot have.
 
 compile(model) returns the model unchanged: there is nothing to compile, and nothing gets faster (documented, so
-that code calling torch.compile runs). bfloat16, distributed, autocast and the like raise an error that says why.
+that code calling torch.compile runs). backends holds the switches training scripts set (nanoGPT's
+`torch.backends.cuda.matmul.allow_tf32 = True`); they are kept and change nothing. bfloat16, distributed, autocast
+and the like raise an error that says why.
 """
+from types import SimpleNamespace
 
 
 def compile(model=None, **options):
@@ -10,12 +13,16 @@ def compile(model=None, **options):
     return model if model is not None else (lambda function: function)
 
 
+backends = SimpleNamespace(cuda=SimpleNamespace(matmul=SimpleNamespace(allow_tf32=False)),
+                           cudnn=SimpleNamespace(allow_tf32=True, benchmark=False, deterministic=False))
+
 _UNAVAILABLE = {
     "bfloat16": "NumPy has no bfloat16 dtype; use float32 (or float16 for storage)",
     "distributed": "tinyattn runs in one process on one device: there is no distributed training",
     "autocast": "there is no mixed-precision autocast: NumPy and CuPy compute in the dtype they are given",
     "amp": "there is no automatic mixed precision (torch.amp): compute in float32",
     "jit": "there is no TorchScript (torch.jit): the Python code runs as it is",
+    "multiprocessing": "tinyattn runs in one process: there are no worker processes to share tensors with",
 }
 
 

@@ -198,10 +198,12 @@ def multinomial(input, num_samples, replacement=False):
     return Tensor(picks.reshape(weights.shape[:-1] + (num_samples,)).astype(backend.int64))
 
 
-def randperm(n, device=None):
-    device = _resolve(device)
+def randperm(n, *, generator=None, device=None):
+    """A random order of 0..n-1, from the seeded generator of the device, or from the given Generator."""
+    device = _resolve(device) if generator is None else generator.device
     (n,) = new_shape(n)
-    return Tensor(backend.xp_for(device).argsort(backend.generator(device).random(n)).astype(backend.int64))
+    draws = (backend.generator(device) if generator is None else generator.rng).random(n)
+    return Tensor(backend.xp_for(device).argsort(draws).astype(backend.int64))
 
 
 def empty_parameter_data(shape, dtype=None, device=None):

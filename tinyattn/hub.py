@@ -7,12 +7,19 @@ model (models/hf_gpt2.py, models/hf_vit.py).
 """
 import json
 import os
+import re
 
-from .serialization import atomic_write, read_safetensors, safetensors_bytes
+import numpy
+
+from .serialization import read_safetensors, safetensors_bytes, stage
 
 WEIGHTS, INDEX, CONFIG = "model.safetensors", "model.safetensors.index.json", "config.json"
 # what a model folder holds that tinyattn reads; a hub download fetches only these
 FILES = [CONFIG, WEIGHTS, INDEX, "model-*.safetensors", "tokenizer.json", "preprocessor_config.json"]
+
+
+# a hub repository id, as huggingface_hub checks it: name or owner/name, each part at most 96 characters
+HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]{0,95}(/[A-Za-z0-9][\w.-]{0,95})?")
 
 
 class PretrainedError(ValueError):
@@ -28,6 +35,10 @@ def resolve(name_or_folder):
     if os.path.exists(name) or name.startswith((".", "/", "~")) or name.count("/") > 1:
         raise PretrainedError(f"{name} is not a folder; from_pretrained takes a folder holding {CONFIG} and "
                               f"{WEIGHTS}, or a Hugging Face hub name such as 'gpt2'")
+    if not HUB_NAME.fullmatch(name) or ".." in name or "--" in name:
+        raise PretrainedError(f"{name!r} is neither a folder nor a valid Hugging Face hub name (a name or "
+                              "owner/name of letters, digits, '-', '_' and '.', such as 'gpt2' or "
+                              "'openai-community/gpt2')")
     by_hand = (f"or put the files into a folder by hand (from https://huggingface.co/{name}/tree/main: {CONFIG}, "
                f"{WEIGHTS}, and tokenizer.json or preprocessor_config.json where it has them) and pass the folder")
     try:
@@ -46,13 +57,24 @@ def resolve(name_or_folder):
                               ) from None
 
 
-def load_model(cls, config_class, translation, name_or_folder):
+def load_model(cls, config_class, translation, name_or_folder, overrides=None):
     """cls(config) with the weights of a model folder or hub name, in the file's dtype and in eval mode; translation
-    is the model family's map (config_from_hf, state_dict_from_hf), e.g. models/hf_gpt2.py."""
+    is the model family's map (config_from_hf, state_dict_from_hf), e.g. models/hf_gpt2.py; overrides: settings
+    that replace config.json's (those that do not change the weights, such as dropout)."""
     folder = resolve(name_or_folder)
-    config = config_class(**translation.config_from_hf(read_config(folder), folder))
-    state = translation.state_dict_from_hf(read_weights(folder), config, folder)
-    model = cls(config).to(dtype=next(iter(state.values())).dtype)
+    config = config_class(**{**translation.config_from_hf(read_config(folder), folder), **(overrides or {})})
+    state, origin = translation.state_dict_from_hf(read_weights(folder), config, folder)
+    model = cls(config)
+    wrong = []
+    for name, own in model.state_dict().items():
+        if name in state and tuple(state[name].shape) != tuple(own.shape):
+            (key, transposed), stored, needed = origin[name], tuple(state[name].shape), tuple(own.shape)
+            wrong.append(f"{key} is {stored[::-1] if transposed else stored}, the model needs "
+                         f"{needed[::-1] if transposed else needed}")
+    if wrong:
+        raise PretrainedError(f"{folder} holds tensors of another shape than its {CONFIG} describes: "
+                              + "; ".join(wrong[:5]) + (f" (and {len(wrong) - 5} more)" if len(wrong) > 5 else ""))
+    model.to(dtype=next(iter(state.values())).dtype)
     model.load_state_dict(state)
     return model.eval()
 
@@ -67,6 +89,8 @@ def read_json(path, missing):
             content = json.load(file)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise PretrainedError(f"{path} is not valid JSON ({error})") from None
+    except RecursionError:
+        raise PretrainedError(f"{path} is not valid JSON (nested too deeply to read)") from None
     if not isinstance(content, dict):
         raise PretrainedError(f"{path} holds a {type(content).__name__}, not a JSON object of settings")
     return content
@@ -83,7 +107,11 @@ def read_weights(folder):
     if os.path.isfile(single):
         return read_safetensors(single)
     if os.path.isfile(index):
-        weight_map = read_json(index, f"{index} is not a file").get("weight_map", {})
+        weight_map = read_json(index, f"{index} is not a file").get("weight_map")
+        if not isinstance(weight_map, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                       for k, v in weight_map.items()):
+            raise PretrainedError(f"{index} is damaged: its weight_map must map each tensor's name to the name of "
+                                  f"its shard file, got {str(weight_map)[:200]}")
         weights = {}
         for shard in sorted(set(weight_map.values())):
             path = os.path.join(folder, shard)
@@ -98,21 +126,76 @@ def read_weights(folder):
         os.path.join(folder, n))]
     if pickled:
         raise PretrainedError(f"{folder} holds {pickled[0]} but no {WEIGHTS}. tinyattn reads safetensors only (a "
-                              ".bin is pickled and could run code); in PyTorch, convert it: model = "
-                              "AutoModel.from_pretrained(folder); model.save_pretrained(folder) writes "
-                              f"{WEIGHTS}")
+                              ".bin is pickled and could run code); in PyTorch, convert it with the class that keeps "
+                              "the model's head (AutoModel drops it): model = AutoModelForCausalLM.from_pretrained("
+                              "folder) for GPT-2 (or GPT2LMHeadModel), AutoModelForImageClassification for ViT; then "
+                              f"model.save_pretrained(folder) writes {WEIGHTS}")
     raise PretrainedError(f"{folder} holds neither {WEIGHTS} nor {INDEX}")
 
 
 def write_folder(folder, config, weights):
-    """Write config (a dict) and weights (name -> tensor or array) as a model folder; each file atomically, the
-    weights first, so a folder whose config.json is readable never has half-written weights."""
+    """Write config (a dict) and weights (name -> tensor or array) as a model folder, as one save: both files are
+    built and checked before anything in the folder changes (a setting that is not plain JSON is refused naming it),
+    then written with replace_files. An earlier save's config.json, model.safetensors, index and shards are replaced
+    or removed; every other file (tokenizer.json, preprocessor_config.json, a README) stays, as transformers keeps
+    them."""
     folder = os.fspath(folder)
-    os.makedirs(folder, exist_ok=True)
+    text = json.dumps({key: _plain(key, value) for key, value in config.items()}, indent=2, sort_keys=True) + "\n"
     data = safetensors_bytes(weights, os.path.join(folder, WEIGHTS))
-    atomic_write(os.path.join(folder, WEIGHTS), lambda file: file.write(data))
-    text = json.dumps(config, indent=2, sort_keys=True) + "\n"
-    atomic_write(os.path.join(folder, CONFIG), lambda file: file.write(text.encode("utf-8")))
+    os.makedirs(folder, exist_ok=True)
+    superseded = [n for n in os.listdir(folder) if n == INDEX or SHARD.fullmatch(n)]
+    replace_files(folder, {WEIGHTS: data, CONFIG: text.encode("utf-8")}, superseded)
+
+
+SHARD = re.compile(r"model-\d+-of-\d+\.safetensors")
+
+
+def _plain(key, value):
+    """value as JSON holds it: NumPy scalars (vocab_size=ids.max() + 1) become Python numbers; anything else that
+    JSON cannot hold is refused naming the setting."""
+    if isinstance(value, numpy.generic):
+        value = value.item()
+    if isinstance(value, (list, tuple)):
+        return [_plain(key, v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(f"{key}.{k}", v) for k, v in value.items()}
+    if value is not None and not isinstance(value, (bool, int, float, str)):
+        raise TypeError(f"save_pretrained: the setting {key}={value!r} is a {type(value).__name__}, which "
+                        "config.json cannot hold; give it as a Python number, string or boolean")
+    return value
+
+
+def replace_files(folder, files, superseded=()):
+    """Write files {name: bytes} into folder as one save and remove the superseded names: the folder never pairs
+    files of two saves. Every file is first written to a temporary (a failed write, a full disk, changes nothing);
+    then the old files are set aside, the last of files first (config.json: a crash in between leaves a folder
+    without one, which nothing loads, rather than a mix), the new files are renamed in, in order, and only then are
+    the old ones deleted; an error on the way puts the old ones back. Names that are symbolic links are written
+    through, as atomic_write does."""
+    targets = {name: os.path.realpath(os.path.join(folder, name)) for name in files}
+    staged, aside, placed = {}, [], []
+    try:
+        for name, data in files.items():
+            staged[name] = stage(targets[name], lambda file, data=data: file.write(data))
+        for path in [targets[n] for n in reversed(list(files))] + [os.path.join(folder, n) for n in superseded]:
+            if os.path.lexists(path):
+                kept = f"{os.path.join(os.path.dirname(path), '.' + os.path.basename(path))}.tmp-{os.getpid()}-old"
+                os.replace(path, kept)
+                aside.append((kept, path))
+        for name in files:
+            os.replace(staged[name], targets[name])
+            placed.append(targets[name])
+            del staged[name]
+    except BaseException:
+        for path in placed:
+            os.unlink(path)
+        for kept, path in reversed(aside):
+            os.replace(kept, path)
+        for temporary in staged.values():
+            os.unlink(temporary)
+        raise
+    for kept, _ in aside:
+        os.unlink(kept)
 
 
 def required(config, key, source):

@@ -14,7 +14,8 @@ from . import cpu
 from .tools import environment
 from .backend import manual_seed
 from .hub import PretrainedError
-from .viz.display import in_notebook
+from .serialization import CheckpointError
+from .viz.display import in_notebook, static_page
 
 PACKAGE = os.path.dirname(os.path.abspath(__file__))  # the tinyattn folder this process imported
 ROOT = os.path.dirname(PACKAGE)
@@ -104,13 +105,14 @@ def plot_path(args, name):
 
 def progress(iterable, **kwargs):
     """A tqdm progress bar: the notebook widget in Jupyter, else text on stderr (so printed results stay readable)
-    redrawn at most twice a second, postfix updates included."""
+    redrawn at most twice a second, postfix updates included; none on a static page (the course site), where a bar
+    would be a widget no kernel drives, or a trail of redrawn lines."""
     from tqdm.auto import tqdm
 
     class Progress(tqdm):
         def set_postfix(self, ordered_dict=None, refresh=False, **kwargs):
             super().set_postfix(ordered_dict, refresh=refresh, **kwargs)
-    return Progress(iterable, file=sys.stderr, dynamic_ncols=True, mininterval=0.5, **kwargs)
+    return Progress(iterable, file=sys.stderr, dynamic_ncols=True, mininterval=0.5, disable=static_page(), **kwargs)
 
 
 def expect_speedup(what, measured, expected):
@@ -140,8 +142,9 @@ def report(**metrics):
 
 def from_pretrained(weights, *classes):
     """Each class's from_pretrained(weights) (a model, its tokenizer, its image processor), for a lesson to call
-    before it trains anything: a folder or hub name that cannot be read stops the run at once, in one line."""
+    before it trains anything: a folder or hub name that cannot be read (a missing or damaged file, a setting or
+    tensor the model cannot take) stops the run at once, in one line."""
     try:
         return [cls.from_pretrained(weights) for cls in classes]
-    except PretrainedError as error:
+    except (PretrainedError, CheckpointError) as error:
         raise SystemExit(f"--weights {weights}: {error}") from None

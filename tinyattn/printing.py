@@ -2,8 +2,9 @@
 
 tensor([[1.5000, 2.0000]]) for floats (4 decimals, or scientific notation when the values span more than a factor of
 1000 or are very large or small), the dtype shown only when it is not the default of its kind (the default float
-dtype, int64, bool), with the device first when it is not the CPU, then requires_grad or grad_fn. Long tensors are
-summarised with ... as PyTorch does past 1000 elements.
+dtype, int64, bool), with the device first when it is not the CPU, then the size of an empty tensor that has other
+than one dim (tensor([], size=(2, 0))), then requires_grad or grad_fn. Long tensors are summarised with ... as
+PyTorch does past 1000 elements.
 """
 import numpy
 
@@ -32,6 +33,8 @@ def tensor_repr(array, device, grad):
     body = numpy.array2string(values, separator=", ", prefix="tensor(", formatter=formatter, threshold=1000,
                               edgeitems=3, max_line_width=80)
     extras = [f"device='{device}'"] if device != "cpu" else []
+    if values.size == 0 and values.ndim != 1:          # tensor([]) alone would hide the shape of a (2, 0) tensor
+        extras.append(f"size={tuple(values.shape)}")
     if values.dtype not in (backend.get_default_dtype(), numpy.int64, numpy.bool_):
         extras.append(f"dtype=tinyattn.{values.dtype.name}")
     extras += [grad] if grad else []

@@ -7,21 +7,27 @@ obj ("model/blocks.0.ln1.weight"), and tinyattn.json, which records the nesting 
 reads the arrays of any tinyattn checkpoint, and any string key round-trips.
 
 Writing goes to a temporary file beside the target, flushed to disk and renamed over it, so a crash leaves the old
-checkpoint or the new one, never half of one. A temporary's name carries the writer's process id; the next save to
+checkpoint or the new one, never half of one. A path that is a symbolic link is written through: its target is
+replaced, the link stays (as open() and torch.save write through it). A temporary's name carries the writer's process id; the next save to
 the same target removes those of processes that no longer run (a killed save leaves nothing behind for long).
-Reading never unpickles: a file that is not a tinyattn checkpoint is refused, saying what it looks like.
+Reading never unpickles: a file that is not a tinyattn checkpoint is refused, saying what it looks like. A weight
+file is untrusted input: sizes it declares are checked before anything is allocated or inflated, and any damage is
+a CheckpointError naming the file.
 
-A path ending in .safetensors holds a flat state_dict (name -> tensor) in the format Hugging Face, PyTorch and timm
+A path ending in .safetensors (in any case) holds a flat state_dict (name -> tensor) in the format Hugging Face, PyTorch and timm
 exchange weights in: an 8-byte little-endian header length, a JSON header giving each tensor's dtype, shape and byte
 range, then the raw bytes. Written through the safetensors package with metadata {"format": "pt"}, as transformers
-expects; read after checking the header, so a truncated or foreign file is refused with what is wrong. Keep .npz for
+expects; read after checking the header, so a truncated or foreign file is refused with what is wrong; bfloat16
+tensors are read as float32 (exact), with a warning. Keep .npz for
 training state (optimizer, nested dicts). save and load also take an open binary file instead of a path (.npz).
 """
 import io
 import json
+import math
 import os
 import struct
 import tempfile
+import warnings
 import zipfile
 
 import numpy
@@ -46,7 +52,7 @@ def save(obj, f):
         _write_archive(f, arrays, structure)
         return
     path = os.fspath(f)
-    if path.endswith(".safetensors"):
+    if _is_safetensors_name(path):
         data = safetensors_bytes(obj, path)
         atomic_write(path, lambda file: file.write(data))
         return
@@ -57,8 +63,20 @@ def save(obj, f):
 
 def atomic_write(path, write):
     """Call write(file) on a temporary beside path, flush it to disk and rename it over path: a crash leaves the old
-    file or the new one, never half of one."""
-    path = os.fspath(path)
+    file or the new one, never half of one. A path that is a symbolic link is written through, as open(path, "wb")
+    and torch.save write it: its target is replaced and the link stays."""
+    target = os.path.realpath(path)
+    temporary = stage(target, write)
+    try:
+        os.replace(temporary, target)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
+def stage(path, write):
+    """The name of a temporary beside path holding what write(file) wrote, flushed to disk, with the permissions a
+    plain open() gives; the caller renames it over path (or removes it). A failed write leaves nothing behind."""
     folder, name = os.path.split(os.path.abspath(path))
     _remove_orphans(folder, name)
     handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{name}.tmp-{os.getpid()}-")
@@ -68,10 +86,10 @@ def atomic_write(path, write):
             file.flush()
             os.fsync(file.fileno())
         os.chmod(temporary, 0o666 & ~_umask())      # as a plain open() would have made it, not mkstemp's 0600
-        os.replace(temporary, path)
     except BaseException:
         os.unlink(temporary)
         raise
+    return temporary
 
 
 def safetensors_bytes(state_dict, path="the file"):
@@ -82,6 +100,10 @@ def safetensors_bytes(state_dict, path="the file"):
                         f"state_dict); got a {type(state_dict).__name__}. Use .npz for other structures")
     arrays = {}
     for key, value in state_dict.items():
+        if key == "__metadata__":
+            raise ValueError(f"save: {path} cannot hold a tensor named '__metadata__': the safetensors header keeps "
+                             "that name for the file's metadata, and a file holding both is read by nothing; rename "
+                             "the tensor")
         if not isinstance(key, str) or not (isinstance(value, Tensor) or backend.is_array(value)):
             raise TypeError(f"save: {path} is a .safetensors file, which holds tensors under string names only; "
                             f"{key!r} is a {type(value).__name__}. Save training state (optimizer, nested dicts, "
@@ -172,7 +194,7 @@ def load(f, map_location=None, device=None):
         path = source = os.fspath(f)
         with open(path, "rb") as file:
             data = file.read(16)
-    if _is_safetensors(data) or path.endswith(".safetensors"):
+    if _is_safetensors(data) or _is_safetensors_name(path):
         arrays = read_safetensors(source if isinstance(source, str) else data, path)
         return {key: Tensor(backend.to_device(array, device)) for key, array in arrays.items()}
     start = data[:8]
@@ -181,11 +203,12 @@ def load(f, map_location=None, device=None):
     try:
         with zipfile.ZipFile(source) as archive:
             names = archive.namelist()
+            _check_sizes(archive, path)
             if STRUCTURE in names:
-                return _decode(json.loads(archive.read(STRUCTURE)), archive, device, path)
+                return _decoded(archive, device, path)
             if names and all(n.endswith(".npy") for n in names):       # a plain .npz of named arrays
                 return {n[:-4]: _array(archive, n[:-4], device, path) for n in names}
-    except (zipfile.BadZipFile, EOFError, OSError, json.JSONDecodeError) as error:
+    except (zipfile.BadZipFile, EOFError, OSError) as error:
         raise CheckpointError(f"{path} is truncated or damaged ({type(error).__name__}: {error})") from None
     if any(n.endswith("data.pkl") for n in names):
         raise CheckpointError(f"{path} looks like a PyTorch checkpoint (torch.save: a zip archive holding data.pkl, "
@@ -194,18 +217,23 @@ def load(f, map_location=None, device=None):
     raise CheckpointError(f"{path} is a zip archive but not a checkpoint: it holds {names[:5]}")
 
 
+def _is_safetensors_name(path):
+    return path.lower().endswith(".safetensors")                # w.SafeTensors too: the format goes by the name
+
+
 def _is_safetensors(start):
     """A safetensors file starts with its header's length (8 bytes, little-endian), then the header's '{'."""
     return len(start) > 8 and start[8:9] == b"{" and struct.unpack("<Q", start[:8])[0] > 1
 
 
-# the safetensors dtypes NumPy holds; BF16 and the float8 types have no NumPy dtype
+# the safetensors dtypes NumPy holds; BF16 is read widened to float32, the float8 types are refused
 SAFETENSORS_DTYPES = ("F64", "F32", "F16", "I64", "I32", "I16", "I8", "U64", "U32", "U16", "U8", "BOOL")
 
 
 def read_safetensors(source, name=None):
     """The arrays of a .safetensors file (a path or its bytes), by name, after checking its header: a truncated,
-    damaged or foreign file, or a dtype NumPy cannot hold, is refused saying which and why."""
+    damaged or foreign file, or a dtype NumPy cannot hold, is refused saying which and why. bfloat16 tensors are
+    widened to float32, which is exact (a bfloat16 is the high half of a float32), with one warning per file."""
     from safetensors.numpy import load as from_bytes
     name = name or source
     if isinstance(source, (bytes, bytearray)):
@@ -219,30 +247,61 @@ def read_safetensors(source, name=None):
     if 8 + length > len(data):
         raise CheckpointError(f"{name} is truncated or not a safetensors file: its header claims {length} bytes, "
                               f"the file has {len(data) - 8} after the length")
-    try:
-        header = json.loads(data[8:8 + length])
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise CheckpointError(f"{name} has a damaged safetensors header ({error})") from None
+    header = _json(data[8:8 + length], f"{name} has a damaged safetensors header")
     if not isinstance(header, dict):
         raise CheckpointError(f"{name} has a damaged safetensors header (not a JSON object)")
     body = len(data) - 8 - length
-    for key, entry in header.items():
-        if key == "__metadata__":
-            continue
-        if not isinstance(entry, dict) or not {"dtype", "shape", "data_offsets"} <= entry.keys():
-            raise CheckpointError(f"{name}: the header's entry {key!r} is damaged: {entry!r}")
-        if entry["dtype"] not in SAFETENSORS_DTYPES:
-            raise CheckpointError(f"{name}: tensor {key!r} is stored as {entry['dtype']}, which NumPy has no dtype "
-                                  f"for (tinyattn reads {', '.join(SAFETENSORS_DTYPES)}); convert it to float32 "
-                                  "where it was saved")
-        if entry["data_offsets"][1] > body:
-            raise CheckpointError(f"{name} is truncated: tensor {key!r} ends at byte {entry['data_offsets'][1]} of "
-                                  f"the data, which has {body}")
+    widened = [key for key, entry in header.items() if key != "__metadata__" and _checked(name, key, entry, body)]
+    if widened:            # the package reads no BF16: read those bytes as U16, then widen them
+        header = {key: {**entry, "dtype": "U16"} if key in widened else entry for key, entry in header.items()}
+        text = json.dumps(header).encode()
+        data = struct.pack("<Q", len(text)) + text + data[8 + length:]
     try:
         arrays = from_bytes(data)
     except Exception as error:        # the package's own checks (overlapping or misaligned ranges, wrong sizes)
         raise CheckpointError(f"{name} is not a valid safetensors file ({error})") from None
+    if widened:
+        warnings.warn(f"{name}: {len(widened)} bfloat16 tensors ({', '.join(widened[:3])}"
+                      f"{', ...' if len(widened) > 3 else ''}) read as float32, which holds them exactly",
+                      stacklevel=3)
+        for key in widened:
+            arrays[key] = (arrays[key].astype(numpy.uint32) << 16).view(numpy.float32)
     return {key: numpy.array(arrays[key]) for key in sorted(arrays)}      # writable copies, not views of data
+
+
+def _checked(name, key, entry, body):
+    """Check one header entry against the data's length; returns whether it is bfloat16."""
+    if not isinstance(entry, dict) or not {"dtype", "shape", "data_offsets"} <= entry.keys():
+        raise CheckpointError(f"{name}: the header's entry {key!r} is damaged: {entry!r}")
+    dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+    if dtype != "BF16" and dtype not in SAFETENSORS_DTYPES:
+        raise CheckpointError(f"{name}: tensor {key!r} is stored as {dtype}, which NumPy has no dtype for "
+                              f"(tinyattn reads {', '.join(SAFETENSORS_DTYPES)} and BF16); convert it to float32 "
+                              "where it was saved")
+    if not isinstance(shape, list) or not all(_count(n) for n in shape):
+        raise CheckpointError(f"{name}: the header's entry {key!r} has a damaged shape {shape!r} (a list of sizes)")
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(_count(n) for n in offsets) \
+            or offsets[0] > offsets[1]:
+        raise CheckpointError(f"{name}: the header's entry {key!r} has damaged data_offsets {offsets!r} (a list "
+                              "[begin, end] of byte positions in the data)")
+    if offsets[1] > body:
+        raise CheckpointError(f"{name} is truncated: tensor {key!r} ends at byte {offsets[1]} of the data, which "
+                              f"has {body}")
+    return dtype == "BF16"
+
+
+def _count(n):
+    return isinstance(n, int) and not isinstance(n, bool) and n >= 0
+
+
+def _json(text, damaged):
+    """json.loads(text); damage, or nesting too deep for Python's parser, as a CheckpointError starting damaged."""
+    try:
+        return json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"{damaged} ({error})") from None
+    except RecursionError:
+        raise CheckpointError(f"{damaged} (JSON nested too deeply to read)") from None
 
 
 def _looks_like(start):
@@ -255,15 +314,67 @@ def _looks_like(start):
 
 
 def _array(archive, member, device, path):
+    name = member + ".npy"
     try:
-        with archive.open(member + ".npy") as file:
+        with archive.open(name) as file:
+            version = numpy.lib.format.read_magic(file)
+            read_header = numpy.lib.format.read_array_header_1_0 if version == (1, 0) else \
+                numpy.lib.format.read_array_header_2_0
+            shape, _, dtype = read_header(file)
+            if dtype.hasobject:
+                raise CheckpointError(f"{path} holds pickled Python objects in {member!r}; refusing to load them "
+                                      "(they could run code). tinyattn checkpoints hold plain arrays only.")
+            declared = math.prod(shape) * dtype.itemsize
+            if archive.getinfo(name).file_size != file.tell() + declared:     # before allocating what it claims
+                raise CheckpointError(f"{path}: {member!r} claims shape {shape} of {dtype} ({declared} bytes), but "
+                                      f"its member holds {archive.getinfo(name).file_size - file.tell()}: damaged")
+        with archive.open(name) as file:
             array = numpy.lib.format.read_array(file, allow_pickle=False)
     except ValueError as error:
-        if "pickle" in str(error):
-            raise CheckpointError(f"{path} holds pickled Python objects in {member!r}; refusing to load them (they "
-                                  "could run code). tinyattn checkpoints hold plain arrays only.") from None
+        if isinstance(error, CheckpointError):
+            raise
         raise CheckpointError(f"{path}: {member!r} is not a readable array ({error})") from None
     return Tensor(backend.to_device(array, device))
+
+
+# a deflated member may inflate this many times (real arrays of varied values compress far less) ...
+INFLATION_LIMIT = 1000
+# ... unless it stays under this size
+INFLATED_BYTES_LIMIT = 64 << 20
+
+
+def _check_sizes(archive, path):
+    """Refuse, before inflating anything, an archive whose members declare more bytes than this machine's memory,
+    or a compressed member that inflates more than INFLATION_LIMIT-fold to over INFLATED_BYTES_LIMIT (a zip bomb;
+    ta.save and numpy.savez store arrays uncompressed)."""
+    infos = archive.infolist()
+    total = sum(info.file_size for info in infos)
+    if total > _memory_bytes():
+        raise CheckpointError(f"{path} declares {total:,} bytes of arrays, more than this machine's memory "
+                              f"({_memory_bytes():,} bytes): refusing to read it")
+    for info in infos:
+        if info.file_size > max(INFLATED_BYTES_LIMIT, INFLATION_LIMIT * info.compress_size):
+            raise CheckpointError(f"{path}: {info.filename!r} inflates from {info.compress_size:,} to "
+                                  f"{info.file_size:,} bytes, more than {INFLATION_LIMIT} times: refusing it as a "
+                                  "zip bomb (save arrays uncompressed, as ta.save and numpy.savez do)")
+
+
+def _memory_bytes():
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):          # no sysconf (Windows): no limit
+        return float("inf")
+
+
+def _decoded(archive, device, path):
+    """The object the archive's manifest describes; a damaged manifest is refused naming the file."""
+    manifest = _json(archive.read(STRUCTURE), f"{path}: its {STRUCTURE} is damaged")
+    try:
+        return _decode(manifest, archive, device, path)
+    except CheckpointError:
+        raise
+    except (KeyError, ValueError, AttributeError, TypeError) as error:
+        raise CheckpointError(f"{path}: its {STRUCTURE} is damaged ({type(error).__name__}: {error})") from None
 
 
 def _decode(node, archive, device, path):

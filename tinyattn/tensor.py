@@ -187,6 +187,15 @@ class AccumulateGrad:
         return "<AccumulateGrad object>"
 
 
+def _held(array):
+    """The array a tensor holds: NumPy gives a scalar (numpy.float32, ...) for a reduction or arithmetic on 0-d
+    arrays, which cannot be written in place (s = x.sum(); s += 1); a tensor holds it as a 0-d array instead."""
+    return backend.numpy.asarray(array) if isinstance(array, _NUMPY_SCALAR) else array
+
+
+_NUMPY_SCALAR = backend.numpy.generic
+
+
 def _is_float(dtype):
     return dtype.kind == "f"
 
@@ -199,7 +208,7 @@ class Tensor:
     _base = None               # for a view made by basic indexing: (the tensor it views, the index)
 
     def __init__(self, data, requires_grad=False):
-        self.array = data
+        self.array = _held(data)
         self.grad = None
         self._node = None
         self._versions = [0]     # how often its memory was changed in place; shared with the tensors viewing it
@@ -215,7 +224,7 @@ class Tensor:
 
     @data.setter
     def data(self, value):
-        self.array = as_array(value)
+        self.array = _held(as_array(value))
 
     @property
     def requires_grad(self):
@@ -389,7 +398,7 @@ class Tensor:
         if self.grad is None:
             self.grad = Tensor(grad.copy())  # a copy: optimisers may change .grad in place
         else:
-            self.grad.array = self.grad.array + grad
+            self.grad.array = _held(self.grad.array + grad)
             self.grad._mark_modified()
 
 

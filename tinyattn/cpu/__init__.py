@@ -19,7 +19,7 @@ from .arrays import (add_rows, exp_in_place, laid_out_like, last_axis_sum, leadi
 from .split import (attention_block, attention_parts, backward_walk, batch_lanes, for_each_part, for_each_piece,
                     in_lane, matmul, matmul_later, settled, sum_over_parts)
 from .threads import get_num_threads, set_num_threads
-from .tuning import tune_allocator, tuned
+from .tuning import blas_held, tune_allocator, tuned
 
 from ..tensor import install_walk_seams
 

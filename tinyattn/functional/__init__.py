@@ -11,15 +11,16 @@ itself with twins. attention_inputs.py holds what the attention functions share.
 """
 from ..ops import logsigmoid, pad, relu, sigmoid, tanh
 from ..tensor import Tensor
-from .activations import gelu, silu
+from .activations import gelu, glu, silu, softplus
 from .additive_attention import additive_attention, additive_scores
-from .attention import attention_weights, scaled_dot_product_attention
+from .attention import attention_weights, keeping_weights, scaled_dot_product_attention
 from .attention_inputs import causal_mask
 from .conv import conv2d, unfold
 from .dropout import check_probability, dropout
 from .embedding import embedding, one_hot, padding_row
 from .flash_attention import flash_attention
 from . import flash_attention_fast  # noqa: F401 (registers flash attention's fast twin)
+from .interpolation import interpolate
 from .linear import linear
 from .losses import binary_cross_entropy_with_logits, cross_entropy, kl_div, mse_loss, nll_loss
 from .normalization import layer_norm, normalize, rms_norm

@@ -1,9 +1,10 @@
-"""GELU, exact and in its tanh form, and SiLU: the reference twins, then the fast versions."""
+"""GELU, exact and in its tanh form, and SiLU: the reference twins, then the fast versions; softplus and GLU, made of
+primitive ops (their gradients are theirs)."""
 import math
 
 from .. import cpu
 from ..backend import erfc, xp_of
-from ..ops import float_only, sigmoid_array
+from ..ops import chunk, dim_index, float_only, logsigmoid, sigmoid, sigmoid_array, where
 from ..tensor import Function
 from . import activations_kernel, twins
 
@@ -151,3 +152,21 @@ def gelu(input, approximate="none"):
 @float_only(NotImplementedError)
 def silu(input):
     return twins.implementation("silu").apply(input)
+
+
+@float_only(NotImplementedError)
+def softplus(input, beta=1.0, threshold=20.0):
+    """log(1 + exp(beta x)) / beta, as torch.nn.functional.softplus: x itself where beta x > threshold. Written as
+    -logsigmoid(-beta x) / beta, which never overflows, so its gradient is the sigmoid of beta x everywhere else."""
+    scaled = input * beta
+    return where(scaled > threshold, input, -logsigmoid(-scaled) / beta)
+
+
+def glu(input, dim=-1):
+    """The gated linear unit a * sigmoid(b), a and b the two halves of input along dim (torch's F.glu)."""
+    size = input.shape[dim_index(dim, input.ndim)]
+    if size % 2:
+        raise RuntimeError(f"glu: halving dimension must be even, but dimension {dim} is size {size} "
+                           f"(input shape {input.shape})")
+    a, b = chunk(input, 2, dim)
+    return a * sigmoid(b)

@@ -2,10 +2,15 @@
 
 ReferenceScaledDotProductAttention is the math on one screen; lesson 03 derives its backward. The fast version is the
 same math arranged for speed: in place on its score matrix, its work cut into parts for the CPU threads.
-attention_weights recomputes the weights for plots.
+Inside `with keeping_weights() as kept:` both leave the weights they computed in kept.weights, for plots and
+interpret; attention_weights computes them in a pass of their own, where no such pass ran (flash attention).
 """
+import contextlib
+import threading
+
 from .. import cpu
 from ..backend import broadcast_shapes, xp_of
+from ..ops import require_float
 from ..tensor import Function, Tensor, as_array
 from . import twins
 from .attention_inputs import (additive_mask, attention_mask, check_attention_inputs, default_scale, group_heads,
@@ -14,9 +19,36 @@ from .dropout import keep_mask
 from .softmax import softmax_array, softmax_in_place
 
 
+_this_thread = threading.local()        # .kept: the open keeping_weights() block's Kept, if any
+
+
+class Kept:
+    """What keeping_weights() yields: .weights, the (..., Hq, L, S) softmax weights (before dropout) of the last
+    scaled_dot_product_attention inside the block, as a Tensor; None if none ran there (or a Function of one's own,
+    F.use, ran instead, which keeps nothing)."""
+    weights = None
+
+
+@contextlib.contextmanager
+def keeping_weights(enabled=True):
+    """Inside the block (this thread), scaled_dot_product_attention keeps the weights its pass computes, instead of
+    a second pass recomputing them (the fast twin assembles them from its parts). enabled=False keeps none."""
+    outer, _this_thread.kept = getattr(_this_thread, "kept", None), Kept() if enabled else None
+    try:
+        yield _this_thread.kept or Kept()
+    finally:
+        _this_thread.kept = outer
+
+
+def _keep(weights, groups):
+    kept = getattr(_this_thread, "kept", None)
+    if kept is not None:
+        kept.weights = Tensor(merge_heads(weights, groups))
+
+
 def _probabilities(q, k, mask, scale):
     """P = softmax(scale * q k^T + mask) over the keys; a row with every key masked gives zeros."""
-    scores = scale * (q @ xp_of(q).swapaxes(k, -1, -2))
+    scores = (q * scale) @ xp_of(q).swapaxes(k, -1, -2)   # scaled first: float16 q k^T can overflow before it
     if mask is not None:
         scores = scores + additive_mask(mask, q.dtype)
     return softmax_array(scores, -1)
@@ -34,6 +66,7 @@ class ReferenceScaledDotProductAttention(Function):
     def forward(ctx, q, k, v, mask, scale, dropout_p, enable_gqa):
         q, k, v, mask, groups = group_heads(q, k, v, mask, enable_gqa)
         p = _probabilities(q, k, mask, scale)
+        _keep(p, groups)
         keep = keep_mask(p.shape, dropout_p, q).astype(q.dtype) * (1.0 / (1.0 - dropout_p)) if dropout_p else 1.0
         ctx.save_for_backward(q, k, v, p, keep)
         ctx.scale, ctx.groups = scale, groups
@@ -82,6 +115,11 @@ class FastScaledDotProductAttention(Function):
             return p
         ctx.parts = cpu.attention_parts(batch, n_rows, n_keys, q, mask)
         probs = cpu.for_each_part(attend, ctx.parts)
+        if getattr(_this_thread, "kept", None) is not None:         # the parts' weights in one array (0 where a
+            weights = xp.zeros(batch + (n_rows, n_keys), dtype=q.dtype)   # part left keys out: all masked there)
+            for part, p in zip(ctx.parts, probs):
+                part.scores(weights)[...] = p
+            _keep(weights, groups)
         ctx.save_for_backward(q, k, v, keep, out, *probs)
         ctx.scale, ctx.dropout_p, ctx.groups = scale, dropout_p, groups
         return merge_heads(out, groups)
@@ -144,13 +182,20 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     is_causal masks j > i (top-left aligned, as PyTorch). scale defaults to 1/sqrt(E). enable_gqa lets Hq be a
     multiple of Hkv. A query row with every key masked gives output 0 and gradient 0, never NaN.
     """
+    if not 0 <= dropout_p <= 1:
+        raise RuntimeError(f"scaled_dot_product_attention: dropout probability has to be between 0 and 1, but got "
+                           f"{dropout_p}")
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        require_float(x, f"scaled_dot_product_attention's {name}")
     mask = _checked_mask(query, key, value, attn_mask, is_causal, enable_gqa, "scaled_dot_product_attention")
     attention = twins.implementation("scaled_dot_product_attention")
     return attention.apply(query, key, value, mask, default_scale(query, scale), float(dropout_p), enable_gqa)
 
 
 def attention_weights(query, key, attn_mask=None, is_causal=False, scale=None, enable_gqa=False):
-    """The (..., Hq, L, S) softmax weights of scaled_dot_product_attention, for plots (no graph is recorded)."""
+    """The (..., Hq, L, S) softmax weights of scaled_dot_product_attention, in a pass of their own, for plots (no
+    graph is recorded)."""
     mask = as_array(_checked_mask(query, key, key, attn_mask, is_causal, enable_gqa, "attention_weights"))
     q, k, _, mask, groups = group_heads(query.array, key.array, key.array, mask, enable_gqa)
-    return Tensor(merge_heads(_probabilities(q, k, mask, default_scale(query, scale)), groups))
+    with cpu.blas_held():            # as inside the fast Functions: one BLAS thread, tinyattn's rounding
+        return Tensor(merge_heads(_probabilities(q, k, mask, default_scale(query, scale)), groups))

@@ -55,6 +55,9 @@ def previous_token_score(weights):
     uniform causal attention over T positions scores the mean of 1 / (i + 1) for i = 1 .. T - 1."""
     w = stacked_weights(weights)
     b, _, t, _ = w.shape[1:]
+    if t < 2:
+        raise ValueError(f"previous_token_score needs sequences of 2 tokens or more (a first token has no previous "
+                         f"one), got weights over {t}")
     return _score(w, np.broadcast_to(np.eye(t, k=-1, dtype=bool), (b, t, t)))
 
 

@@ -14,17 +14,19 @@ import contextlib
 
 from .. import backend, nn
 from ..tensor import Tensor
-from .recording import split_heads, submodules
+from .recording import ATTENTION, merge_heads, split_heads, submodules
 
 
 def _chosen(model, heads_by_name):
-    """[(name, attention module, sorted head indices)] for {name: heads}, checked."""
+    """[(name, attention module, sorted head indices)] for {name: heads (a list of indices, or one)}, checked."""
     chosen = []
     for name, module in submodules(model, list(heads_by_name)).items():
-        if not isinstance(module, nn.MultiHeadAttention):
-            raise TypeError(f"{name!r} is a {type(module).__name__}, not an nn.MultiHeadAttention: heads can be "
-                            "changed only in one")
-        heads = sorted({int(h) for h in heads_by_name[name]})
+        if not isinstance(module, ATTENTION):
+            raise TypeError(f"{name!r} is a {type(module).__name__}, which has no heads tools can change; they "
+                            "change the heads of tinyattn's nn.MultiHeadAttention and of PyTorch's "
+                            "nn.MultiheadAttention")
+        heads = heads_by_name[name]
+        heads = sorted({int(h) for h in ([heads] if isinstance(heads, int) else heads)})
         wrong = [h for h in heads if not 0 <= h < module.num_heads]
         if wrong:
             raise IndexError(f"{name!r} has {module.num_heads} heads (0 to {module.num_heads - 1}), got head "
@@ -54,7 +56,7 @@ def _replacing(model, heads_by_name, replacement):
             keep[chosen] = 0
             keep = Tensor(keep)
             changed = heads * keep + replacement(name, heads) * (1.0 - keep)
-            return (changed.reshape(args[0].shape),) + tuple(args[1:])
+            return (merge_heads(changed, attention),) + tuple(args[1:])
         return hook
 
     try:
@@ -67,13 +69,23 @@ def _replacing(model, heads_by_name, replacement):
 
 
 def ablate_heads(model, heads_by_name, how="zero", mean_from=None):
-    """A context in which the heads {attention name: [head, ...]} are ablated: how="zero" sets their outputs to 0;
-    how="mean" replaces each by its mean over batch and positions, of the current forward's input or, with
-    mean_from=a Recording, of the recorded run's (a fixed mean, the usual choice when ablating on single inputs)."""
+    """A context in which the heads {attention name: [head, ...] or head} are ablated: how="zero" sets their outputs
+    to 0; how="mean" replaces each by its mean over batch and positions of the run recorded in mean_from (a
+    Recording: a fixed mean, the usual choice), or, where mean_from is None, of the current forward's input.
+
+    On a causal model (one whose is_causal is True, as models.GPT's) how="mean" needs mean_from: a mean over the
+    current input's positions carries later tokens into earlier positions' outputs, so the ablated model would no
+    longer be causal (and over a batch of one sequence, a per-position mean would be the head's own output:
+    nothing ablated)."""
     if how not in ("zero", "mean"):
         raise ValueError(f"how must be 'zero' or 'mean', got {how!r}")
     if mean_from is not None and how != "mean":
         raise ValueError("mean_from is for how='mean'")
+    if how == "mean" and mean_from is None and getattr(model, "is_causal", False):
+        raise ValueError(f"{type(model).__name__} is causal: a mean over this input's positions would let later "
+                         "tokens change earlier outputs. Record a run for the mean first: with "
+                         "interpret.record(model) as cache: model(reference_ids); then ablate_heads(model, heads, "
+                         "how='mean', mean_from=cache)")
 
     def replacement(name, heads):
         if how == "zero":

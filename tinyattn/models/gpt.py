@@ -77,6 +77,8 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
+    is_causal = True            # each position reads only the ones before it (tools such as interpret check this)
+
     def __init__(self, config):
         super().__init__()
         self.config = config
@@ -124,15 +126,23 @@ class GPT(nn.Module):
         return outputs[0] if len(outputs) == 1 else outputs
 
     @classmethod
-    def from_pretrained(cls, name_or_folder):
+    def from_pretrained(cls, name_or_folder, **overrides):
         """GPT-2 from a Hugging Face folder (config.json + model.safetensors, or shards) or a hub name ('gpt2',
         'gpt2-medium', 'openai-community/gpt2', ...; needs the hub extra and the network once). The weights keep
-        the file's dtype (float32 for the published ones); .double() after, for float64. Returned in eval mode."""
-        return hub.load_model(cls, GPTConfig, hf_gpt2, name_or_folder)
+        the file's dtype (float32 for the published ones; bfloat16 is read as float32); .double() after, for
+        float64. Returned in eval mode. overrides: dropout and impl, which config.json's weights do not fix (as
+        nanoGPT's override_args), e.g. from_pretrained("gpt2", dropout=0.1) to fine-tune."""
+        fixed = sorted(set(overrides) - {"dropout", "impl"})
+        if fixed:
+            raise TypeError(f"from_pretrained overrides dropout and impl only; {', '.join(fixed)} come from "
+                            "config.json and the weights")
+        return hub.load_model(cls, GPTConfig, hf_gpt2, name_or_folder, overrides)
 
     def save_pretrained(self, folder):
         """Write config.json and model.safetensors in GPT-2's layout, which transformers'
-        GPT2LMHeadModel.from_pretrained(folder) reads; a model GPT-2 cannot express is refused naming the setting."""
+        GPT2LMHeadModel.from_pretrained(folder) reads; a model GPT-2 cannot express is refused naming the setting.
+        Both files are built before either replaces an earlier save's, which a failure leaves whole; the folder's
+        other files (tokenizer.json, preprocessor_config.json, a README) stay (hub.write_folder)."""
         config = hf_gpt2.config_to_hf(self.config)
         hub.write_folder(folder, config, hf_gpt2.state_dict_to_hf(self.state_dict(), self.config))
 
@@ -142,36 +152,55 @@ class GPT(nn.Module):
         return sum(losses[1:], losses[0]) if losses else 0.0
 
     @no_grad()
-    def generate(self, ids, max_new_tokens, temperature=1.0, top_k=None, use_cache=True):
-        """Sample max_new_tokens continuations of ids (B, T). With use_cache, each step feeds one token and reads the
-        keys and values of the earlier ones from a KVCache instead of recomputing the whole prefix."""
+    def generate(self, ids, max_new_tokens, temperature=1.0, top_k=None, top_p=None, eos_token_id=None,
+                 pad_token_id=None, use_cache=True):
+        """Continue ids (B, T) by up to max_new_tokens tokens; temperature=0 is greedy. top_k keeps the k likeliest
+        tokens, top_p the smallest set of likeliest tokens whose probabilities add up to top_p or more (nucleus
+        sampling; both as transformers' generate, applied after the temperature, top_k first). eos_token_id (an id or
+        a list of them) stops a sequence once it has produced one; a stopped sequence continues with pad_token_id
+        (default: the first eos id) and generation ends when every sequence has stopped, as in transformers.
+
+        With use_cache, each step feeds one token and reads the keys and values of the earlier ones from a KVCache.
+        The model sees at most block_size tokens: past them both paths read the last block_size tokens, and the
+        cached path rebuilds its cache from them (learned positions cannot be shifted along), so both give the same
+        tokens at any length."""
         ids = as_array(ids)
         xp = backend.xp_of(ids)
-        caches = [nn.KVCache() for _ in self.blocks] if use_cache else None
-        new_tokens = ids
+        block = self.config.block_size
+        stops = None if eos_token_id is None else xp.asarray(
+            [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id), dtype=ids.dtype)
+        if pad_token_id is None and stops is not None:
+            pad_token_id = int(stops[0])
+        stopped = xp.zeros((ids.shape[0], 1), dtype=bool)
+        caches, new_tokens = None, ids
         for _ in range(max_new_tokens):
-            if use_cache:
+            if not use_cache:
+                logits = self(ids[:, -block:])
+            else:
+                if caches is None or len(caches[0]) + new_tokens.shape[1] > block:
+                    caches, new_tokens = [nn.KVCache() for _ in self.blocks], ids[:, -block:]
                 logits = self(new_tokens, caches=caches)
-            else:
-                logits = self(ids[:, -self.config.block_size:])
-            logits = logits.array[:, -1, :]
-            if temperature == 0:
-                next_id = logits.argmax(axis=-1)[:, None]
-            else:
-                logits = logits / temperature
-                if top_k is not None:
-                    kth = xp.sort(logits, axis=-1)[:, -top_k][:, None]
-                    logits = xp.where(logits < kth, -xp.inf, logits)
-                probs = F.softmax(Tensor(logits), dim=-1).array.astype(backend.float64)
-                draws = backend.generator(backend.device_of(probs)).random((probs.shape[0], 1))
-                next_id = (probs.cumsum(axis=-1) < draws).sum(axis=-1, keepdims=True)
-                next_id = xp.minimum(next_id, probs.shape[-1] - 1)
-            ids = xp.concatenate([ids, next_id.astype(ids.dtype)], axis=1)
-            new_tokens = next_id.astype(ids.dtype)
-            if use_cache and len(caches[0]) + 1 > self.config.block_size:
-                raise ValueError(f"generation with a KV cache is limited to block_size={self.config.block_size} "
-                                 "positions; use use_cache=False to slide the window")
+            next_id = _next_token(logits.array[:, -1, :], temperature, top_k, top_p, xp).astype(ids.dtype)
+            if stops is not None:
+                next_id = xp.where(stopped, ids.dtype.type(pad_token_id), next_id)
+                stopped = stopped | xp.isin(next_id, stops)
+            ids = xp.concatenate([ids, next_id], axis=1)
+            new_tokens = next_id
+            if stops is not None and bool(stopped.all()):
+                break
         return Tensor(ids)
+
+    def crop_block_size(self, block_size):
+        """Shorten the context the model sees to block_size (as nanoGPT's crop_block_size): a model loaded with
+        1024 learned positions keeps the first block_size of them, and uses less memory for attention."""
+        if not 0 < block_size <= self.config.block_size:
+            raise ValueError(f"crop_block_size takes 1 to block_size={self.config.block_size}, got {block_size}")
+        self.config.block_size = block_size
+        if self.config.position == "learned":
+            self.pos_emb.weight = nn.Parameter(self.pos_emb.weight.array[:block_size].copy())
+        elif self.config.position == "sinusoidal":
+            self.pos_emb.pe = Tensor(self.pos_emb.pe.array[:block_size].copy())
+        return self
 
     def flops_per_token(self, seq_len=None):
         """Forward+backward FLOPs per token: 6 per parameter in the matmuls a token passes through (2 forward,
@@ -185,3 +214,23 @@ class GPT(nn.Module):
             if isinstance(block.mlp, nn.MoE):
                 matmul_params -= (block.mlp.num_experts - block.mlp.top_k) * block.mlp.experts[0].num_parameters()
         return 6 * matmul_params + 12 * self.config.n_layer * seq_len * self.config.d_model
+
+
+def _next_token(logits, temperature, top_k, top_p, xp):
+    """(B, 1) next ids from the last position's logits (B, vocab): argmax at temperature 0, else a draw."""
+    if temperature == 0:
+        return logits.argmax(axis=-1)[:, None]
+    logits = logits / temperature
+    if top_k is not None:
+        kth = xp.sort(logits, axis=-1)[:, -top_k][:, None]
+        logits = xp.where(logits < kth, -xp.inf, logits)
+    probs = F.softmax(Tensor(logits), dim=-1).array.astype(backend.float64)
+    if top_p is not None:
+        ranked = -xp.sort(-probs, axis=-1)
+        before = ranked.cumsum(axis=-1) - ranked              # the probability of the likelier tokens
+        least = xp.where(before < top_p, ranked, xp.inf).min(axis=-1, keepdims=True)     # the last one kept
+        probs = xp.where(probs < least, 0.0, probs)
+        probs /= probs.sum(axis=-1, keepdims=True)
+    draws = backend.generator(backend.device_of(probs)).random((probs.shape[0], 1))
+    next_id = (probs.cumsum(axis=-1) < draws).sum(axis=-1, keepdims=True)
+    return xp.minimum(next_id, probs.shape[-1] - 1)

@@ -16,9 +16,15 @@ linear layers are `Conv1D`s, which store their weight as (in, out) and compute x
     h.N.mlp.c_proj.{weight,bias}                                        blocks.N.mlp.fc2        (transposed)
     ln_f.{weight,bias}                                                  ln_f
     lm_head.weight (only when not tied)                                 head.weight
-Older files also carry each layer's causal mask as buffers (h.N.attn.bias, h.N.attn.masked_bias): skipped.
+Older files also carry each layer's causal mask as buffers (h.N.attn.bias, h.N.attn.masked_bias): skipped; and
+some give the context length as n_ctx only, read where n_positions is absent. GPT-2's three dropouts (resid_pdrop,
+embd_pdrop, attn_pdrop) become models.GPT's one, resid_pdrop's: dropout is a training setting and from_pretrained
+returns an eval model (GPT.from_pretrained(folder, dropout=...) sets it). A file that stores lm_head.weight although
+config.json ties it loads as transformers 5 loads it: tied when the two are equal, else both kept, untied, with a
+warning.
 """
 import re
+import warnings
 
 from ..hub import PretrainedError, required
 
@@ -46,19 +52,22 @@ def config_from_hf(hf, source):
     if activation not in ACTIVATIONS_IN:
         raise PretrainedError(f"{source}/config.json sets activation_function={activation!r}; models.GPT has "
                               f"{sorted(ACTIVATIONS_IN)}")
-    drops = {key: hf.get(key, 0.1) for key in ("resid_pdrop", "embd_pdrop", "attn_pdrop")}
-    if len(set(drops.values())) > 1:
-        raise PretrainedError(f"{source}/config.json sets different dropouts {drops}; models.GPT has one dropout "
-                              "for all three")
     d_model = required(hf, "n_embd", source)
     return dict(vocab_size=required(hf, "vocab_size", source),
-                block_size=required(hf, "n_positions", source),
+                block_size=_context(hf, source),
                 n_layer=required(hf, "n_layer", source),
                 num_heads=required(hf, "n_head", source), d_model=d_model,
                 mlp_hidden=hf.get("n_inner") or 4 * d_model, activation=ACTIVATIONS_IN[activation],
-                norm_eps=hf.get("layer_norm_epsilon", 1e-5), dropout=drops["resid_pdrop"],
+                norm_eps=hf.get("layer_norm_epsilon", 1e-5), dropout=hf.get("resid_pdrop", 0.1),
                 tie_weights=hf.get("tie_word_embeddings", True),
                 norm="layer", prenorm=True, mlp="gelu", position="learned", bias=True, num_kv_heads=None)
+
+
+def _context(hf, source):
+    """n_positions, or n_ctx in older files that give only that."""
+    if "n_positions" not in hf and "n_ctx" not in hf:
+        raise PretrainedError(f"{source}/config.json has neither 'n_positions' nor 'n_ctx', which the model needs")
+    return hf.get("n_positions", hf.get("n_ctx"))
 
 
 def key_map(n_layer):
@@ -74,10 +83,10 @@ def key_map(n_layer):
 
 
 def state_dict_from_hf(weights, config, source):
-    """models.GPT's state_dict from the arrays of a GPT-2 file (either key spelling); keys that are missing or that
-    mean nothing to models.GPT are named."""
+    """models.GPT's state_dict from the arrays of a GPT-2 file (either key spelling), and where each came from
+    {name: (file's key, stored transposed)}; keys that are missing or that mean nothing to models.GPT are named."""
     names = key_map(config.n_layer)
-    state, unknown = {}, []
+    state, origin, unknown = {}, {}, []
     for key, array in weights.items():
         name = key[len("transformer."):] if key.startswith("transformer.") else key
         if MASK_BUFFERS.match(name):
@@ -87,14 +96,23 @@ def state_dict_from_hf(weights, config, source):
             continue
         ours, transposed = names[name]
         state[ours] = array.T if transposed else array
+        origin[ours] = (key, transposed)
+    if config.tie_weights and "head.weight" in state and "tok_emb.weight" in state:
+        if (state["head.weight"] == state["tok_emb.weight"]).all():
+            del state["head.weight"]                          # a redundant copy of the tied weight
+        else:                                                 # as transformers 5: keep both, untied, and say so
+            warnings.warn(f"{source}: config.json ties the head to the token embedding, but the file's "
+                          "lm_head.weight differs from wte.weight; loading both, untied, as transformers does")
+            config.tie_weights = False
     if config.tie_weights and "tok_emb.weight" in state:
         state["head.weight"] = state["tok_emb.weight"]        # the head is the token embedding, stored once
+        origin["head.weight"] = origin["tok_emb.weight"]
     missing = sorted({ours for ours, _ in names.values()} - set(state))
     if unknown or missing:
         raise PretrainedError(f"{source} is not GPT-2 as its config.json describes it"
                               + (f"; keys models.GPT has no place for: {unknown[:8]}" if unknown else "")
                               + (f"; missing (in models.GPT's names): {missing[:8]}" if missing else ""))
-    return state
+    return state, origin
 
 
 def config_to_hf(config):

@@ -48,8 +48,8 @@ def config_from_hf(hf, source):
 
 
 def state_dict_from_hf(weights, config, source):
-    """models.ViT's state_dict from the arrays of a ViTForImageClassification file; keys that are missing or that
-    mean nothing to models.ViT are named."""
+    """models.ViT's state_dict from the arrays of a ViTForImageClassification file, and where each came from
+    {name: (file's key, stored transposed)}; keys that are missing or that mean nothing to models.ViT are named."""
     names = {"vit.embeddings.cls_token": "cls_token", "vit.embeddings.position_embeddings": "pos_embed",
              "vit.embeddings.patch_embeddings.projection.weight": "patch_embed.proj.weight",
              "vit.embeddings.patch_embeddings.projection.bias": "patch_embed.proj.bias",
@@ -61,10 +61,11 @@ def state_dict_from_hf(weights, config, source):
                 names[f"vit.encoder.layer.{i}.{theirs}.{kind}"] = f"blocks.{i}.{ours}.{kind}"
     qkv = {f"vit.encoder.layer.{i}.attention.attention.{part}.{kind}": (i, part, kind)
            for i in range(config.depth) for part in ("query", "key", "value") for kind in ("weight", "bias")}
-    state, parts, unknown = {}, {}, []
+    state, origin, parts, unknown = {}, {}, {}, []
     for key, array in weights.items():
         if key in names:
             state[names[key]] = array
+            origin[names[key]] = (key, False)
         elif key in qkv:
             parts[qkv[key]] = array
         elif not key.startswith("vit.pooler."):           # ViTModel's pooler: not used for classification
@@ -73,6 +74,8 @@ def state_dict_from_hf(weights, config, source):
         if part == "query" and all((i, p, kind) in parts for p in ("key", "value")):
             state[f"blocks.{i}.attn.qkv.{kind}"] = backend.numpy.concatenate([parts[(i, p, kind)]
                                                                       for p in ("query", "key", "value")])
+            origin[f"blocks.{i}.attn.qkv.{kind}"] = (f"vit.encoder.layer.{i}.attention.attention.{{query,key,value}}"
+                                                    f".{kind} (stacked)", False)
     if "patch_embed.proj.weight" in state:                   # (D, C, p, p) -> (D, C*p*p)
         state["patch_embed.proj.weight"] = state["patch_embed.proj.weight"].reshape(config.d_model, -1)
     expected = set(names.values()) | {f"blocks.{i}.attn.qkv.{k}" for i in range(config.depth)
@@ -82,4 +85,4 @@ def state_dict_from_hf(weights, config, source):
         raise PretrainedError(f"{source} is not a ViTForImageClassification as its config.json describes it"
                               + (f"; keys models.ViT has no place for: {unknown[:8]}" if unknown else "")
                               + (f"; missing (in models.ViT's names): {missing[:8]}" if missing else ""))
-    return state
+    return state, origin

@@ -158,19 +158,25 @@ class MultiHeadAttention(Module):
             k, v = cache.append(k, v)
         key_len = k.shape[-2]
         xp = backend.xp_of(x.array)
-        # Plain causal self-attention over a whole sequence uses is_causal itself (flash then skips blocks).
-        simple_causal = is_causal and key_len == length and key_padding_mask is None and attn_mask is None
-        mask = None if simple_causal else combine_masks(b, length, key_len, is_causal and length > 1,
-                                                        key_padding_mask, attn_mask, xp)
-        gqa = self.num_kv_heads != self.num_heads
+        # Causal self-attention over a whole sequence with no other mask passes is_causal on (flash then skips whole
+        # blocks); otherwise the causal mask, aligned to the end of the keys, joins the others in the one mask passed.
+        folded = is_causal and (key_len != length or key_padding_mask is not None or attn_mask is not None)
+        mask = combine_masks(b, length, key_len, folded and length > 1, key_padding_mask, attn_mask, xp)
+        is_causal = is_causal and not folded
+        gqa, keep, weights = self.num_kv_heads != self.num_heads, need_weights or self.keep_weights, None
         if self.impl == "flash":
-            out = F.flash_attention(q, k, v, attn_mask=mask, is_causal=simple_causal, enable_gqa=gqa)
+            out = F.flash_attention(q, k, v, attn_mask=mask, is_causal=is_causal, enable_gqa=gqa)
         else:
-            with F.reference() if self.impl == "reference" else contextlib.nullcontext():
-                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=simple_causal,
+            with F.reference() if self.impl == "reference" else contextlib.nullcontext(), \
+                    F.keeping_weights(keep) as kept:
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
                                                      dropout_p=self.dropout if self.training else 0.0, enable_gqa=gqa)
-        if need_weights or self.keep_weights:
-            self.last_weights = F.attention_weights(q, k, attn_mask=mask, is_causal=simple_causal, enable_gqa=gqa)
+            weights = kept.weights
+        if keep:
+            # Flash attention never forms the weights (that is its point), nor does a Function of one's own (F.use)
+            # keep them: then a pass of their own computes them.
+            self.last_weights = weights if weights is not None else F.attention_weights(
+                q, k, attn_mask=mask, is_causal=is_causal, enable_gqa=gqa)
         return self.out_proj(out.transpose(1, 2).reshape(b, length, self.d_model))
 
     def kv_cache_bytes_per_token(self, dtype_bytes=4):

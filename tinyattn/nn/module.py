@@ -148,10 +148,18 @@ class Module:
         self._parameters[name] = param
 
     # -- walking the tree ---------------------------------------------------------------------
-    def named_modules(self, prefix=""):
+    def named_modules(self, memo=None, prefix="", remove_duplicate=True):
+        """(name, module) for this module and every module under it, depth first. A module reachable under two names
+        (nn.Sequential(a, a), layers shared across depth) is listed once, under its first name, unless
+        remove_duplicate=False, as PyTorch's; memo: modules already listed (skipped)."""
+        memo = set() if memo is None else memo
+        if self in memo:
+            return
+        if remove_duplicate:
+            memo.add(self)
         yield prefix, self
         for name, child in self.named_children():
-            yield from child.named_modules(f"{prefix}.{name}" if prefix else name)
+            yield from child.named_modules(memo, f"{prefix}.{name}" if prefix else name, remove_duplicate)
 
     def modules(self):
         return (m for _, m in self.named_modules())
@@ -165,7 +173,7 @@ class Module:
 
     def named_parameters(self, prefix="", recurse=True):
         seen = set()
-        modules = self.named_modules(prefix) if recurse else [(prefix, self)]
+        modules = self.named_modules(prefix=prefix) if recurse else [(prefix, self)]
         for module_name, module in modules:
             for name, p in module._parameters.items():
                 if p is not None and id(p) not in seen:  # a tied weight is listed once
@@ -176,9 +184,11 @@ class Module:
         return (p for _, p in self.named_parameters(recurse=recurse))
 
     def named_buffers(self, prefix=""):
-        for module_name, module in self.named_modules(prefix):
+        seen = set()
+        for module_name, module in self.named_modules(prefix=prefix):
             for name, b in module._buffers.items():
-                if b is not None:
+                if b is not None and id(b) not in seen:  # a shared buffer is listed once
+                    seen.add(id(b))
                     yield (f"{module_name}.{name}" if module_name else name), b
 
     def buffers(self):
@@ -213,9 +223,12 @@ class Module:
             p.requires_grad = flag
         return self
 
-    def to(self, *args, dtype=None, device=None):
-        """Move (and/or cast) every parameter and buffer in place: module.to("cuda"), module.to("float64")."""
-        dtype, device = to_args(args, dtype, device)
+    def to(self, *args, dtype=None, device=None, non_blocking=False):
+        """Move (and/or cast) every parameter and buffer in place and return the module, in PyTorch's forms:
+        module.to(device), module.to("cuda"), module.to(float64), module.to(device, dtype), module.to(tensor)."""
+        dtype, device, _ = to_args(args, dtype, device, non_blocking)
+        if dtype is not None and dtype.kind != "f":
+            raise TypeError(f"nn.Module.to only accepts floating point dtypes, but got desired dtype={dtype}")
 
         def convert(array):                 # dtype changes floating arrays only, as PyTorch's
             if device is not None:
@@ -251,7 +264,7 @@ class Module:
     def state_dict(self):
         """Name -> detached tensor, for every parameter and persistent buffer (tied weights appear once per name)."""
         state = OrderedDict()
-        for module_name, module in self.named_modules():
+        for module_name, module in self.named_modules(remove_duplicate=False):     # a shared module under each name
             prefix = f"{module_name}." if module_name else ""
             for name, p in module._parameters.items():
                 if p is not None:
@@ -287,7 +300,7 @@ class Module:
         return IncompatibleKeys(missing, unexpected)
 
     def _state_targets(self):
-        for module_name, module in self.named_modules():
+        for module_name, module in self.named_modules(remove_duplicate=False):
             prefix = f"{module_name}." if module_name else ""
             for name, t in list(module._parameters.items()) + list(module._buffers.items()):
                 if t is not None:

@@ -5,6 +5,8 @@ use: self- and cross-attention with GQA, a KV cache and the flash path.
 PyTorch's conventions here differ from F.scaled_dot_product_attention's: a boolean attn_mask is True where
 attention is NOT allowed, key_padding_mask is True at padding, inputs are (L, N, E) unless batch_first, and the
 forward returns (output, weights) with the weights averaged over heads unless average_attn_weights=False.
+keep_weights=True (an attribute, as nn.MultiHeadAttention's) keeps each forward's (N, H, L, S) weights, before
+dropout, in .last_weights, asked for or not: tinyattn.interpret records them.
 """
 import math
 
@@ -36,6 +38,7 @@ class MultiheadAttention(Module):
         self.out_proj = Linear(embed_dim, embed_dim, bias)
         if bias:
             init.zeros_(self.out_proj.bias)
+        self.last_weights, self.keep_weights = None, False
 
     def _projections(self, query, key, value):
         e = self.embed_dim
@@ -59,7 +62,10 @@ class MultiheadAttention(Module):
         q, k, v = (self._heads(x, batch) for x in self._projections(query, key, value))   # (N, H, L or S, E/H)
         scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim)) + self._bias(
             attn_mask, key_padding_mask, batch, length, k.shape[2], q)
-        weights = F.dropout(F.softmax(scores, dim=-1), self.dropout, self.training)
+        probabilities = F.softmax(scores, dim=-1)
+        if self.keep_weights:
+            self.last_weights = probabilities.detach()
+        weights = F.dropout(probabilities, self.dropout, self.training)
         out = (weights @ v).permute(2, 0, 1, 3).reshape(length, batch, self.embed_dim)
         out = self.out_proj(out)
         if self.batch_first and not unbatched:

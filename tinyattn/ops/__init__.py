@@ -10,22 +10,24 @@ from .dims import dim_index, dim_indices
 from .einsum import Einsum, einsum
 from .elementwise import (Add, Clamp, Clone, Cos, Div, Exp, Log, LogSigmoid, Maximum, Minimum, Mul, Neg, Pow,
                           PowScalar, Relu, Rsqrt, Sigmoid, Sin, Sqrt, Sub, Tanh, ToDevice, abs, add, allclose, binary,
-                          bitwise_and, bitwise_not, bitwise_or, bitwise_xor, cast, clamp, clone, cos, div, exp,
-                          floor_divide, isfinite, isinf, isnan, log, logsigmoid, maximum, minimum, mul, neg, pow, relu,
-                          remainder, rsqrt, sigmoid, sigmoid_array, sin, sqrt, sub, tanh, to, to_args)
+                          bitwise_and, bitwise_not, bitwise_or, bitwise_xor, cast, clamp, clone, cos, div, equal,
+                          exp, floor_divide, isclose, isfinite, isinf, isnan, log, logical_and, logical_not, logical_or,
+                          logical_xor, logsigmoid, maximum, minimum, mul, neg, pow, relu, remainder, rsqrt, sigmoid,
+                          sigmoid_array, sin, sqrt, sub, tanh, to, to_args)
 from .in_place import change_in_place
 from .indexing import (Gather, GetItem, IndexAdd, IndexPut, MaskedFill, Scatter, ScatterAdd, Where, gather, getitem,
                        index_add, index_fill, index_put, index_select, masked_fill, nonzero, scatter, scatter_add, tril,
                        triu, where)
-from .matmul import MatMul, bmm, matmul
+from .matmul import MatMul, bmm, dot, matmul
 from .methods import install as _install_methods
 from .promotion import (Cast, accumulates_in_float32, check_one_dtype, computes_in_float, float_only,
                         in_float32_if_half, no_bool, require_float, result_dtype)
 from .reductions import (Cumsum, LogSumExp, MaxOrMin, Mean, Norm, Prod, Sum, TakeAlongDim, Var, all, amax, amin, any,
                          argmax, argmin, cumsum, logsumexp, max, mean, min, norm, prod, std, sum, var)
-from .shapes import (Cat, Contiguous, Expand, Flip, Pad, Permute, Repeat, Reshape, RepeatInterleave, Roll, Stack,
-                     cat, chunk, contiguous, expand, flatten, flip, meshgrid, pad, permute, repeat, repeat_interleave,
-                     reshape, roll, split, squeeze, stack, t, transpose, unbind, unsqueeze)
+from .shapes import (Cat, Contiguous, Diag, Expand, Flip, Pad, Permute, Repeat, Reshape, RepeatInterleave, Roll, Stack,
+                     broadcast_to, cat, chunk, contiguous, diag, expand, flatten, flip, meshgrid, pad, permute, repeat,
+                     repeat_interleave, reshape, roll, split, squeeze, stack, t, transpose, unbind, unflatten,
+                     unsqueeze)
 from .sorting import argsort, sort, topk
 
 _install_methods()

@@ -516,6 +516,28 @@ def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
     return bool(xp_of(a.array).allclose(a.array, as_array(b), rtol=rtol, atol=atol, equal_nan=equal_nan))
 
 
+def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """Where |a - b| <= atol + rtol * |b|, elementwise (a bool tensor, as torch.isclose)."""
+    return Tensor(xp_of(a.array).isclose(a.array, as_array(b), rtol=rtol, atol=atol, equal_nan=equal_nan))
+
+
+def equal(a, b):
+    """Whether a and b have one shape and the same values (a Python bool, as torch.equal)."""
+    return a.shape == tuple(b.shape) and bool((a.array == as_array(b)).all())
+
+
+def _logical(name):
+    """logical_not/and/or/xor: any dtype read as true where nonzero, a bool result (no gradient)."""
+    def apply(a, b=None):
+        function = getattr(xp_of(a.array), f"logical_{name}")
+        return Tensor(function(a.array) if name == "not" else function(a.array, as_array(b)))
+    apply.__name__ = f"logical_{name}"
+    return apply
+
+
+logical_and, logical_or, logical_xor, logical_not = (_logical(n) for n in ("and", "or", "xor", "not"))
+
+
 def _bitwise(name):
     """&, |, ^ and ~: logic on bool tensors, bit by bit on integer ones (no gradient)."""
     def apply(a, b=None):
@@ -551,15 +573,33 @@ def relu(x):
     return Relu.apply(x)
 
 
-def to_args(args, dtype=None, device=None):
-    """(dtype, device) from the arguments of tensor.to / module.to: ("cuda"), (float64), (device=..., dtype=...).
-    A string that is no dtype name is a device (an unknown one raises, naming the devices there are)."""
+def to_args(args, dtype=None, device=None, non_blocking=False, copy=False):
+    """(dtype, device, copy) from the arguments of tensor.to / module.to, in every form PyTorch takes: to(device),
+    to("cpu"), to(dtype), to(device, dtype), to(other_tensor) (its device and dtype), to(device=..., dtype=...), then
+    non_blocking and copy, by position or by name. A device is a name, a tinyattn.device, or anything with a string
+    .type as torch.device has; a string that is no dtype name is a device (an unknown one raises, naming the devices
+    there are). non_blocking changes nothing: every transfer here finishes before it returns."""
+    flags = []
     for arg in args:
-        if isinstance(arg, str) and not _is_dtype_name(arg):
+        if isinstance(arg, Tensor):
+            device, dtype = arg.device, arg.dtype
+        elif isinstance(arg, bool):
+            flags.append(arg)
+        elif isinstance(getattr(arg, "type", None), str) or isinstance(arg, str) and not _is_dtype_name(arg):
             device = arg
         else:
             dtype = arg
-    return dtype, None if device is None else check_device(device)
+    if len(flags) > 2:
+        raise TypeError(f"to() takes non_blocking and copy after the device and dtype, got {len(flags)} flags")
+    copy = flags[1] if len(flags) == 2 else copy
+    if dtype is not None:
+        try:
+            dtype = backend.numpy.dtype(dtype)
+        except TypeError:
+            raise TypeError(f"to() got {dtype!r}, which is neither a device nor a dtype") from None
+    if device is not None:
+        device = check_device(device.type if isinstance(getattr(device, "type", None), str) else device)
+    return dtype, device, copy
 
 
 def _is_dtype_name(name):
@@ -570,11 +610,13 @@ def _is_dtype_name(name):
         return False
 
 
-def to(x, *args, dtype=None, device=None):
-    """x.to("cuda"), x.to(float64), x.to(device=..., dtype=...): differentiable moves and casts."""
-    dtype, device = to_args(args, dtype, device)
+def to(x, *args, dtype=None, device=None, non_blocking=False, copy=False):
+    """x.to("cuda"), x.to(float64), x.to(device, dtype), x.to(other), x.to(device=..., dtype=..., copy=True):
+    differentiable moves and casts. x itself when nothing changes, unless copy=True asks for a new tensor."""
+    dtype, device, copy = to_args(args, dtype, device, non_blocking, copy)
+    result = x
     if device is not None and device != x.device:
-        x = ToDevice.apply(x, device)
-    if dtype is not None and xp_of(x.array).dtype(dtype) != x.dtype:
-        x = Cast.apply(x, xp_of(x.array).dtype(dtype))
-    return x
+        result = ToDevice.apply(result, device)
+    if dtype is not None and dtype != result.dtype:
+        result = Cast.apply(result, dtype)
+    return clone(result) if copy and result is x else result

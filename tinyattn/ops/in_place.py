@@ -13,7 +13,7 @@ Each change counts one version of x's memory: backward through a Function that s
 from .. import backend
 from ..backend import generator, xp_of
 from ..tensor import Tensor, is_grad_enabled, no_grad
-from .elementwise import add, cast, clamp, div, floor_divide, mul, remainder, sub
+from .elementwise import add, cast, clamp, div, exp, floor_divide, mul, pow, relu, remainder, sigmoid, sub, tanh
 from .indexing import check_broadcasts_to, index_fill, index_put, masked_fill, scatter, scatter_add
 from .shapes import expand
 
@@ -69,6 +69,10 @@ def write(x, values):
     if not backend.numpy.can_cast(values.dtype, x.dtype, casting="same_kind"):
         raise RuntimeError(f"an in-place operation on a {x.dtype} tensor gives {values.dtype} values, which cannot be "
                            f"cast to {x.dtype}: compute it out of place")
+    if not getattr(x.array.flags, "writeable", True):         # NumPy's broadcast views (expand) are read-only
+        raise RuntimeError(f"unsupported operation: more than one element of the written-to tensor (shape {x.shape}, "
+                           "made by expand or broadcast_to) refers to a single memory location. Please clone() the "
+                           "tensor before performing the operation.")
     x.array[...] = values
     x._mark_modified()
 
@@ -78,11 +82,11 @@ def _constant(x, values):
 
 
 def add_(x, other, alpha=1):
-    return change_in_place(x, lambda t, o: add(t, o if alpha == 1 else mul(o, alpha)), other)
+    return change_in_place(x, lambda t, o: add(t, o if alpha == 1 else o * alpha), other)
 
 
 def sub_(x, other, alpha=1):
-    return change_in_place(x, lambda t, o: sub(t, o if alpha == 1 else mul(o, alpha)), other)
+    return change_in_place(x, lambda t, o: sub(t, o if alpha == 1 else o * alpha), other)
 
 
 def mul_(x, other):
@@ -99,6 +103,26 @@ def floor_divide_(x, other):
 
 def remainder_(x, other):
     return change_in_place(x, remainder, other)
+
+
+def pow_(x, exponent):
+    return change_in_place(x, pow, exponent)
+
+
+def exp_(x):
+    return change_in_place(x, exp)
+
+
+def relu_(x):
+    return change_in_place(x, relu)
+
+
+def tanh_(x):
+    return change_in_place(x, tanh)
+
+
+def sigmoid_(x):
+    return change_in_place(x, sigmoid)
 
 
 def fill_(x, value):

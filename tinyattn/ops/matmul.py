@@ -47,6 +47,9 @@ def matmul(a, b):
             raise TypeError(f"matmul takes tensors, got a {type(x).__name__}")
         if x.ndim == 0:
             raise RuntimeError(f"matmul needs operands with at least one dim, got shapes {a.shape} and {b.shape}")
+    if a.dtype == bool or b.dtype == bool:
+        raise NotImplementedError(f"matmul does not take bool tensors (shapes {a.shape} and {b.shape}), as PyTorch: "
+                           "cast them with .float() or .long() first")
     if a.dtype != b.dtype:
         raise RuntimeError(f"matmul needs operands of one dtype, got {a.dtype} {a.shape} and {b.dtype} {b.shape}: "
                            "cast one with .to(dtype)")
@@ -59,6 +62,16 @@ def matmul(a, b):
     except ValueError:
         raise RuntimeError(f"matmul: the batch dims of shapes {a.shape} and {b.shape} do not broadcast") from None
     return MatMul.apply(a, b)
+
+
+def dot(a, b):
+    """The inner product of two 1-D tensors of one size and dtype (a 0-d tensor), as torch.dot."""
+    if a.ndim != 1 or b.ndim != 1:
+        raise RuntimeError(f"dot: 1D tensors expected, but got {a.ndim}D and {b.ndim}D tensors")
+    if a.shape != b.shape:
+        raise RuntimeError(f"dot: inconsistent tensor size, expected tensors of one size, got {a.shape[0]} and "
+                           f"{b.shape[0]} elements")
+    return matmul(a, b)
 
 
 def bmm(a, b):

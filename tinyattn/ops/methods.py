@@ -6,16 +6,17 @@ import operator
 from ..tensor import Tensor, as_array
 from . import in_place
 from .. import creation
-from .elementwise import (abs, add, bitwise_and, bitwise_not, bitwise_or, bitwise_xor, clamp, clone, cos, div, exp,
-                          floor_divide, isfinite, isinf, isnan, log, maximum, minimum, mul, neg, pow, relu, remainder,
-                          rsqrt, sigmoid, sin, sqrt, sub, tanh, to)
+from .elementwise import (abs, add, bitwise_and, bitwise_not, bitwise_or, bitwise_xor, clamp, clone, cos, div, equal,
+                          exp, floor_divide, isclose, isfinite, isinf, isnan, log, logical_and, logical_not, logical_or,
+                          logical_xor, maximum, minimum, mul, neg, pow, relu, remainder, rsqrt, sigmoid, sin, sqrt, sub,
+                          tanh, to)
 from .indexing import (gather, getitem, index_add, index_fill, index_select, masked_fill, nonzero, scatter, scatter_add,
                        tril, triu)
-from .matmul import bmm, matmul
+from .matmul import bmm, dot, matmul
 from .reductions import (all, amax, amin, any, argmax, argmin, cumsum, logsumexp, max, mean, min, norm, prod, std, sum,
                          var)
-from .shapes import (chunk, contiguous, expand, flatten, flip, permute, repeat, repeat_interleave, reshape, roll,
-                     split, squeeze, t, transpose, unbind, unsqueeze)
+from .shapes import (broadcast_to, chunk, contiguous, diag, expand, flatten, flip, permute, repeat, repeat_interleave,
+                     reshape, roll, split, squeeze, t, transpose, unbind, unflatten, unsqueeze)
 from .sorting import argsort, sort, topk
 
 
@@ -28,6 +29,12 @@ def _compare(op):
     def compare(a, b):
         return Tensor(op(a.array, as_array(b)))
     return compare
+
+
+def _equality(op):
+    """x == y and x != y; against None, False and True as in PyTorch (`if idx_next == eos_id:` with eos_id None)."""
+    compare = _compare(op)
+    return lambda a, b: NotImplemented if b is None else compare(a, b)
 
 
 def _in_place_operator(method):
@@ -62,7 +69,7 @@ def install():
         "__iadd__": _in_place_operator(in_place.add_), "__isub__": _in_place_operator(in_place.sub_),
         "__imul__": _in_place_operator(in_place.mul_), "__itruediv__": _in_place_operator(in_place.div_),
         "__lt__": _compare(operator.lt), "__le__": _compare(operator.le), "__gt__": _compare(operator.gt),
-        "__ge__": _compare(operator.ge), "__eq__": _compare(operator.eq), "__ne__": _compare(operator.ne),
+        "__ge__": _compare(operator.ge), "__eq__": _equality(operator.eq), "__ne__": _equality(operator.ne),
         "eq": _compare(operator.eq), "ne": _compare(operator.ne), "lt": _compare(operator.lt),
         "gt": _compare(operator.gt), "le": _compare(operator.le), "ge": _compare(operator.ge),
         "add": add, "sub": sub, "mul": mul, "div": div, "pow": pow, "matmul": matmul, "maximum": maximum,
@@ -100,6 +107,12 @@ def install():
         "cpu": lambda self: to(self, "cpu"), "cuda": lambda self: to(self, "cuda"),
         "__bool__": lambda self: builtins.bool(self.item()),
         "__hash__": object.__hash__,
+        "square": lambda self: pow(self, 2), "unflatten": unflatten, "diag": diag, "broadcast_to": broadcast_to,
+        "clip": clamp, "clip_": in_place.clamp_, "isclose": isclose, "equal": equal, "logical_not": logical_not,
+        "logical_and": logical_and, "logical_or": logical_or, "logical_xor": logical_xor,
+        "exp_": in_place.exp_, "relu_": in_place.relu_, "tanh_": in_place.tanh_, "sigmoid_": in_place.sigmoid_,
+        "pow_": in_place.pow_, "dot": dot, "multinomial": creation.multinomial,
+        "pin_memory": lambda self: self, "is_pinned": lambda self: False,       # no page-locked memory here
     }
     for name, function in methods.items():
         setattr(Tensor, name, function)

@@ -146,6 +146,27 @@ class Roll(Function):
         return xp_of(grad).roll(grad, tuple(-s for s in ctx.shifts), axis=ctx.dims), None, None
 
 
+class Diag(Function):
+    """torch.diag: a vector (n,) becomes the matrix with it on diagonal k; a matrix gives its diagonal k. The gradient
+    goes back the other way: the diagonal of the matrix's gradient, or the vector's gradient laid on the diagonal."""
+
+    @staticmethod
+    def forward(ctx, x, k):
+        ctx.shape, ctx.k = x.shape, k
+        out = xp_of(x).diag(x, k)
+        return out.copy() if x.ndim == 2 else out      # NumPy's diagonal is a read-only view; torch.diag copies
+
+    @staticmethod
+    def backward(ctx, grad):
+        xp = xp_of(grad)
+        if len(ctx.shape) == 1:
+            return xp.diagonal(grad, ctx.k).copy(), None
+        grad_x = xp.zeros(ctx.shape, dtype=grad.dtype)
+        steps = xp.arange(grad.shape[0])
+        grad_x[steps + builtins.max(-ctx.k, 0), steps + builtins.max(ctx.k, 0)] = grad
+        return grad_x, None
+
+
 def reshape(x, *shape):
     shape = shape_from_args(shape)
     if shape == x.shape:
@@ -200,6 +221,29 @@ def expand(x, *shape):
         raise RuntimeError(f"cannot expand shape {x.shape} to {shape}: only dims of size 1 grow")
     shape = tuple(x.shape[i - lead] if s == -1 else s for i, s in enumerate(shape))
     return Expand.apply(x, shape)
+
+
+def broadcast_to(x, shape):
+    """x viewed at a larger shape, as torch.broadcast_to (expand's rules: size-1 dims grow, -1 keeps a size)."""
+    return expand(x, shape)
+
+
+def unflatten(x, dim, sizes):
+    """Dim `dim` split into `sizes` (one of them may be -1), as torch.unflatten: (2, 12).unflatten(1, (3, 4))."""
+    d, sizes = dim_index(dim, x.ndim), tuple(sizes)
+    known = math.prod(s for s in sizes if s != -1)
+    if sizes.count(-1) > 1 or (known != x.shape[d] if -1 not in sizes else known == 0 or x.shape[d] % known):
+        raise RuntimeError(f"unflatten: sizes {list(sizes)} don't multiply up to the size of dim {dim} "
+                           f"({x.shape[d]}) in the input tensor of shape {x.shape}")
+    return reshape(x, x.shape[:d] + sizes + x.shape[d + 1:])
+
+
+def diag(x, diagonal=0):
+    """A 1-D x as a square matrix with x on diagonal `diagonal` (above the main one when positive), or the diagonal
+    of a 2-D x, as torch.diag."""
+    if x.ndim not in (1, 2):
+        raise RuntimeError(f"diag takes a 1-D or 2-D tensor, got shape {x.shape}")
+    return Diag.apply(x, int(diagonal))
 
 
 def contiguous(x):

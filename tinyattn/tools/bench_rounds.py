@@ -1,4 +1,4 @@
-"""The README's performance method in one command: `python -m tinyattn.bench_rounds --peer-python PATH`.
+"""The performance method of docs/performance.md in one command: `python -m tinyattn.bench_rounds --peer-python PATH`.
 
 Each round runs every workload with tinyattn and then with its peer, each run in a process of its own
 (`python -m tinyattn.bench ...`), for every instruction set asked for; the table gives, per workload and instruction
@@ -164,7 +164,7 @@ def machine_lines(runs):
 
 
 def table(workloads, rows):
-    """The rows as a Markdown table, in the README's columns."""
+    """The rows as a Markdown table, in the columns of docs/performance.md."""
     lines = ["| workload | ISA | tinyattn | peer | ratio (rounds' range); of the medians | target |",
              "|---|---|---|---|---|---|"]
     for row in rows:

@@ -15,16 +15,32 @@ def in_notebook():
     return getattr(get_ipython(), "kernel", None) is not None
 
 
+def static_page():
+    """True where a notebook runs to be read as a page (the course site sets TINYATTN_STATIC_PAGE=1 for its kernels):
+    no kernel will be there to answer a slider, so views that need none (self-contained HTML) stand in for widgets."""
+    return os.environ.get("TINYATTN_STATIC_PAGE") == "1"
+
+
 def showing_windows():
     """True when figures should also open in windows (stepping a lesson on a display)."""
     return not in_notebook() and os.environ.get("TINYATTN_SHOW_FIGURES") == "1"
 
 
 def save(fig, path):
-    """Write fig to path (folders created) and show it where it can be seen: inline in a notebook, elsewhere its path
-    (and a window when stepping on a display). Returns the path; in a notebook None, as the figure is what the
-    cell shows (a path returned by a cell's last line would be echoed under it)."""
+    """Write fig, a matplotlib figure or an HTML view (attention_html), to path (folders created) and show it where
+    it can be seen: inline in a notebook, elsewhere its path (and a figure in a window when stepping on a display).
+    Returns the path; in a notebook None, as the figure is what the cell shows (a path returned by a cell's last
+    line would be echoed under it)."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    if isinstance(fig, str):                       # an HTML view: the document is the str
+        with open(path, "w", encoding="utf-8") as file:
+            file.write(fig)
+        if in_notebook():
+            from IPython.display import HTML, display
+            display(HTML(str(fig)))
+            return None
+        print(f"view: {os.path.relpath(path)} (open it in a browser)", flush=True)
+        return path
     fig.savefig(path, dpi=110, bbox_inches="tight")
     if in_notebook():
         from IPython.display import display

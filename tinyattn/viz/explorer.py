@@ -4,26 +4,11 @@ window (stepping a lesson on a display) matplotlib sliders; elsewhere there is t
 import matplotlib.pyplot as plt
 import numpy
 
-from .display import in_notebook, showing_windows
-from .figures import TICK_SIZE, _token_labels, attention_heatmap
+from .attention_html import attention_html
+from .display import in_notebook, showing_windows, static_page
+from .figures import TICK_SIZE, _token_labels, attention_heatmap, stack_maps
 
 MAX_TICK_LABELS = 40          # beyond this many tokens an axis shows numbers, not labels
-
-
-def _stack(maps):
-    """A list of per-layer (batch, heads, queries, keys) maps (the first batch item is shown) or a
-    (layers, heads, queries, keys) array -> one float array (layers, heads, queries, keys)."""
-    if isinstance(maps, (list, tuple)):
-        layers = [numpy.asarray(m)[0] if numpy.ndim(m) == 4 else numpy.asarray(m) for m in maps]
-        shapes = {layer.shape for layer in layers}
-        if len(shapes) != 1 or len(next(iter(shapes))) != 3:
-            raise ValueError("every layer's map must be (heads, queries, keys), or (batch, heads, queries, keys), "
-                             f"all of one shape; got {[layer.shape for layer in layers]}")
-        maps = numpy.stack(layers)
-    maps = numpy.asarray(maps, dtype=float)
-    if maps.ndim != 4:
-        raise ValueError(f"maps must be (layers, heads, queries, keys), got shape {maps.shape}")
-    return maps
 
 
 class AttentionExplorer:
@@ -31,7 +16,7 @@ class AttentionExplorer:
     select(layer, head, query) redraws; the figure is .figure."""
 
     def __init__(self, maps, x_labels=None, y_labels=None, title="attention"):
-        self.maps = _stack(maps)
+        self.maps = stack_maps(maps)
         layers, heads, queries, keys = self.maps.shape
         self.x_labels = [str(t) for t in x_labels] if x_labels is not None else [str(i) for i in range(keys)]
         self.y_labels = [str(t) for t in y_labels] if y_labels is not None else [str(i) for i in range(queries)]
@@ -94,11 +79,16 @@ class AttentionExplorer:
 
 def explore_attention(maps, x_labels=None, y_labels=None, title="attention"):
     """An AttentionExplorer with its controls where it is shown: ipywidgets sliders in a notebook, matplotlib
-    sliders in a window when stepping a lesson on a display; elsewhere (a script, a test) the figure alone, not
-    shown: call .select(layer, head, query) and save .figure."""
+    sliders in a window when stepping a lesson on a display; on a static page (the course site) the HTML head view
+    (attention_html), which needs no kernel; elsewhere (a script, a test) the figure alone, not shown: call
+    .select(layer, head, query) and save .figure."""
     explorer = AttentionExplorer(maps, x_labels, y_labels, title)
     if in_notebook():
-        from IPython.display import display
+        from IPython.display import HTML, display
+        if static_page():
+            display(HTML(attention_html(explorer.maps, explorer.y_labels, explorer.x_labels, title=title)))
+            plt.close(explorer.figure)
+            return explorer
         try:
             import ipywidgets
         except ImportError:

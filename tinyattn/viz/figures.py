@@ -275,3 +275,19 @@ def bars(values, errors=None, ylabel="", title=None, hlines=None, group_labels=N
         ax.legend(fontsize=TICK_SIZE)
     ax.grid(axis="y", alpha=0.3)
     return fig
+
+
+def stack_maps(maps):
+    """A list of per-layer (batch, heads, queries, keys) maps (the first batch item is shown) or a
+    (layers, heads, queries, keys) array -> one float array (layers, heads, queries, keys)."""
+    if isinstance(maps, (list, tuple)):
+        layers = [numpy.asarray(m)[0] if numpy.ndim(m) == 4 else numpy.asarray(m) for m in maps]
+        shapes = {layer.shape for layer in layers}
+        if len(shapes) != 1 or len(next(iter(shapes))) != 3:
+            raise ValueError("every layer's map must be (heads, queries, keys), or (batch, heads, queries, keys), "
+                             f"all of one shape; got {[layer.shape for layer in layers]}")
+        maps = numpy.stack(layers)
+    maps = numpy.asarray(maps, dtype=float)
+    if maps.ndim != 4:
+        raise ValueError(f"maps must be (layers, heads, queries, keys), got shape {maps.shape}")
+    return maps

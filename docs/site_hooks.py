@@ -1,0 +1,108 @@
+"""mkdocs hooks that build the course site from the repository as it is, with no copies kept in docs/: the home page
+is the README, each lesson page is the lesson's `.py` (rendered and executed by mkdocs-jupyter, which reads the
+`# %%` cells with jupytext), the exercises page is lessons/exercises/README.md, and the README's gallery images come
+from plots/. A lesson page opens with a box giving the three ways to go through it.
+
+TINYATTN_SITE_LESSONS=06,08 builds the pages of those lessons only (the browser test's small site)."""
+import hashlib
+import html
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+from mkdocs.plugins import event_priority
+from mkdocs.structure.files import File
+
+ROOT = Path(__file__).resolve().parent.parent
+LESSON = re.compile(r"^(\d\d)_\w+\.py$")
+sys.path.insert(0, str(ROOT))
+from lessons.__main__ import lesson_files  # noqa: E402 (the lessons' own order)
+
+
+def lessons():
+    """The lesson files the site holds, in the order `python -m lessons` lists them."""
+    chosen = os.environ.get("TINYATTN_SITE_LESSONS")
+    numbers = None if not chosen else {n.strip().zfill(2) for n in chosen.split(",")}
+    return [Path(p) for p in lesson_files() if numbers is None or Path(p).name[:2] in numbers]
+
+
+def on_config(config):
+    # The lessons run in a Jupyter kernel that inherits this process's environment: with MPLBACKEND=Agg there the
+    # kernel would drop every figure instead of showing it inline.
+    os.environ.pop("MPLBACKEND", None)
+    # The pages are read, not run: views that need no kernel stand in for widgets (tinyattn.viz.display.static_page).
+    os.environ["TINYATTN_STATIC_PAGE"] = "1"
+    config.plugins["mkdocs-jupyter"].config["cache_dir"] = str(_cache_dir())
+    config.nav.insert(1, {"Lessons": [f"lessons/{path.name}" for path in lessons()]})
+    return config
+
+
+def _cache_dir():
+    """Where executed lessons are kept. mkdocs-jupyter's cache key is a lesson file's content; a page also depends
+    on the library it ran, and on whether the build is quick. So the folder is named by both (a fingerprint of
+    tinyattn/ and of these hooks), and the folders of other fingerprints go: a rebuild after changing one lesson
+    re-runs that lesson, after changing the library every lesson."""
+    digest = hashlib.sha256(os.environ.get("TINYATTN_QUICK", "0").encode())
+    for path in sorted([*(ROOT / "tinyattn").rglob("*.py"), *(ROOT / "tinyattn").rglob("*.cu"), Path(__file__)]):
+        digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+    kind = "quick" if os.environ.get("TINYATTN_QUICK") == "1" else "full"
+    here = ROOT / ".cache" / f"lessons-{kind}-{digest.hexdigest()[:16]}"
+    for old in here.parent.glob(f"lessons-{kind}-*"):
+        if old != here:
+            shutil.rmtree(old, ignore_errors=True)
+    return here
+
+
+def _readme_as_home():
+    """The README, its links pointed at the site's pages instead of the repository's files."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = re.sub(r"\]\(docs/", "](", text)
+    return re.sub(r"\]\(lessons/exercises/README\.md", "](exercises.md", text)
+
+
+def _exercises_page():
+    """The exercises' guide; its links to the exercise files point at the repository's copies."""
+    return (ROOT / "lessons" / "exercises" / "README.md").read_text(encoding="utf-8")
+
+
+@event_priority(100)            # before mkdocs-jupyter's on_files, which turns the lessons into notebook pages
+def on_files(files, config):
+    files.append(File.generated(config, "index.md", content=_readme_as_home()))
+    files.append(File.generated(config, "exercises.md", content=_exercises_page()))
+    # Files of the repository at the same place on the site (not File.generated: mkdocs-jupyter's pages need a
+    # file that has a source folder).
+    for path in lessons() + sorted((ROOT / "plots").glob("*.png")):
+        files.append(File(str(path.relative_to(ROOT)), src_dir=str(ROOT), dest_dir=config.site_dir,
+                          use_directory_urls=config.use_directory_urls))
+    return files
+
+
+def run_it_yourself(number):
+    """The box a lesson page opens with: its three commands, as the README gives them."""
+    commands = [("run it", f"python -m lessons {number}    # --quick for a tiny run in seconds"),
+                ("step through it", f"python -m lessons {number} --step"),
+                ("open it as a notebook", f"python -m lessons {number} --notebook --out notebooks")]
+    rows = "".join(f"<li>{what}: <code>{html.escape(command)}</code></li>" for what, command in commands)
+    return (f'<div class="admonition tip run-it-yourself"><p class="admonition-title">Run it yourself</p>'
+            f"<p>From the repository root, after <code>pip install -e \".[lessons]\"</code>:</p><ul>{rows}</ul>"
+            "<p>Below: the lesson with its output from one run, as you would see it.</p></div>")
+
+
+# What mkdocs-jupyter's page template would fetch from the network: a module script importing mermaid from a CDN
+# (the lessons draw no diagrams) and a MathJax loader with an empty address (the lessons write no TeX).
+MERMAID_LOADER = re.compile(r'<script type="module">(?:(?!</script>).)*?import\("https?://(?:(?!</script>).)*</script>',
+                            re.DOTALL)
+MATHJAX_LOADER = re.compile(r'<!-- Load mathjax -->\s*<script src=""> </script>')
+
+
+def on_post_page(output, page, config):
+    return MATHJAX_LOADER.sub("", MERMAID_LOADER.sub("", output))
+
+
+def on_page_content(content, page, config, files):
+    match = LESSON.match(os.path.basename(page.file.src_uri))
+    if page.file.src_uri.startswith("lessons/") and match:
+        return run_it_yourself(match.group(1)) + content
+    return content

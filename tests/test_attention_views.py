@@ -1,0 +1,114 @@
+"""viz's attention views that need no server and no network: the head view and the patch view as self-contained
+HTML (checked as text here, and driven in a real headless Chromium), and the terminal's text view."""
+import json
+import re
+
+import matplotlib
+import numpy as np
+import pytest
+
+from tinyattn import viz
+from browser import chromium, console_errors, requested_urls
+
+
+def _maps(layers=2, heads=3, t=5, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.dirichlet(np.ones(t), size=(1, heads, t)) for _ in range(layers)]   # per layer (B, H, T, T)
+
+
+def _data(document):
+    """The JSON a view was built from, as the page's script receives it."""
+    return json.loads(re.search(r"tinyattnView\((\{.*\})\);</script>", document).group(1))
+
+
+OFF_PAGE = re.compile(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//|url\(\s*["']?\s*(?:https?:)?//|"""
+                      r"""@import|\bimport\s*\(|\bfrom\s*["']https?:|<link\b""", re.IGNORECASE)
+
+
+def test_the_head_view_is_one_document_that_loads_nothing_from_elsewhere():
+    maps = _maps()
+    document = viz.attention_html(maps, list("abcde"), title="two layers")
+    assert document.startswith("<!DOCTYPE html>") and document.count("<html") == 1
+    assert not OFF_PAGE.search(document)
+    assert OFF_PAGE.search('<script src="https://cdn.example/x.js"></script>')        # the pattern can fail
+    data = _data(document)
+    assert np.allclose(np.array(data["weights"]), np.stack([m[0] for m in maps]), atol=5e-6)
+    assert data["tokens"] == data["keyTokens"] == list("abcde")
+    viridis = matplotlib.colormaps["viridis"]                       # the PNG heatmaps' scale, end to end
+    assert data["viridis"][0] == matplotlib.colors.to_hex(viridis(0.0))
+    assert data["viridis"][-1] == matplotlib.colors.to_hex(viridis(1.0))
+    assert document._repr_html_() == str(document)
+
+
+def test_two_views_on_one_page_keep_apart_and_save_writes_the_document(tmp_path):
+    first, second = viz.attention_html(_maps(), list("abcde")), viz.attention_html(_maps(), list("abcde"))
+    assert _data(first)["id"] != _data(second)["id"]
+    path = first.save(tmp_path / "view.html")
+    assert path.read_text(encoding="utf-8") == first
+
+
+def test_the_views_refuse_maps_that_do_not_fit_naming_the_shapes():
+    with pytest.raises(ValueError, match="5 queries and 5 keys, got 4 tokens"):
+        viz.attention_html(_maps(), list("abcd"))
+    with pytest.raises(ValueError, match="layer 2 and head 0 for maps of 2 layers"):
+        viz.attention_html(_maps(), list("abcde"), layer=2)
+    with pytest.raises(ValueError, match=r"do not fit a 2x3 grid after 1 prefix token\(s\) \(7 tokens\)"):
+        viz.patch_attention_html(np.zeros((8, 8)), _maps(t=5), (2, 3))
+    with pytest.raises(ValueError, match=r"rollout of shape \(4, 4\), expected \(5, 5\)"):
+        viz.patch_attention_html(np.zeros((8, 8)), _maps(t=5), (2, 2), rollout=np.eye(4))
+
+
+def test_the_patch_view_carries_its_image_and_offers_rollout_as_one_more_layer():
+    maps = _maps(t=5)
+    rollout = np.full((1, 5, 5), 0.2)
+    document = viz.patch_attention_html(np.random.default_rng(0).random((8, 8)), maps, (2, 2), rollout=rollout)
+    assert not OFF_PAGE.search(document)
+    assert 'src="data:image/png;base64,' in document
+    data = _data(document)
+    assert data["names"] == ["layer 0", "layer 1", "rollout"]
+    assert np.allclose(np.array(data["layers"][1]), maps[1][0], atol=5e-6)
+    assert np.allclose(np.array(data["layers"][2][0]), rollout[0])
+    assert data["inferno"][-1] == matplotlib.colors.to_hex(matplotlib.colormaps["inferno"](1.0))
+
+
+def test_attention_text_shades_each_weight_against_the_largest():
+    weights = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.0, 0.25, 0.75]])
+    text = viz.attention_text(weights, ["x", "yy", "z"], colour=False)
+    lines = text.splitlines()
+    assert len(lines) == 4 and lines[0].endswith("keys: x yy z")
+    assert lines[1] == " x █  " and lines[2] == "yy ▒▒ " and lines[3] == " z  ░▓"
+    coloured = viz.attention_text(weights, ["x", "yy", "z"])
+    assert "\x1b[38;5;255m█\x1b[0m" in coloured and "\x1b[38;5;232m \x1b[0m" in coloured
+    with pytest.raises(ValueError, match=r"got weights \(3, 3\), 2 tokens and 2 key tokens"):
+        viz.attention_text(weights, ["a", "b"])
+
+
+def test_the_views_respond_in_a_real_browser(tmp_path):
+    driver = chromium()
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    try:
+        maps = _maps(layers=1, heads=2, t=5)
+        path = viz.attention_html(maps, list("abcde")).save(tmp_path / "head.html")
+        driver.get(path.as_uri())
+        lines = driver.find_elements(By.CSS_SELECTOR, "line")
+        assert len(lines) == int((maps[0][0, 0] > 0).sum())           # head 0 first, a line per nonzero weight
+        queries = driver.find_elements(By.CSS_SELECTOR, "text[data-side=query]")
+        ActionChains(driver).move_to_element(queries[3]).perform()
+        active = driver.find_elements(By.CSS_SELECTOR, "line[data-active=true]")
+        assert {line.get_attribute("data-query") for line in active} == {"3"} and len(active) == 5
+
+        maps = _maps(layers=1, heads=1, t=5)
+        path = viz.patch_attention_html(np.random.default_rng(0).random((8, 8)), maps, (2, 2)).save(
+            tmp_path / "patch.html")
+        driver.get(path.as_uri())
+        cells = driver.find_elements(By.CSS_SELECTOR, ".cells div")
+        shown = [float(cell.get_attribute("data-weight")) for cell in cells]
+        assert np.allclose(shown, maps[0][0, 0, 0, 1:], atol=1e-5)             # the class token's row first
+        ActionChains(driver).move_to_element(cells[2]).perform()
+        shown = [float(cell.get_attribute("data-weight")) for cell in cells]
+        assert np.allclose(shown, maps[0][0, 0, 3, 1:], atol=1e-5)             # patch 2 is token 3
+        assert console_errors(driver) == []
+        assert [url for url in requested_urls(driver) if not url.startswith(("file:", "data:"))] == []
+    finally:
+        driver.quit()

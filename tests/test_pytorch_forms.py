@@ -1,0 +1,148 @@
+"""Forms PyTorch code takes for granted (issue 46): .to() in every form PyTorch documents, for tensors and modules;
+`tensor == None`; torch.inf and friends; the arguments scaled_dot_product_attention and matmul refuse; float16
+attention that would overflow before its scaling; how an empty tensor prints. Each as PyTorch's documentation says,
+written down here (PyTorch is never a dependency)."""
+import math
+
+import numpy as np
+import pytest
+
+import tinyattn as ta
+import tinyattn.nn.functional as F
+from tinyattn import nn
+
+from conftest import host, randn
+
+DEVICE = str(ta.get_default_device())
+
+
+class LooksLikeTorchDevice:
+    """What ported code may pass: an object with .type and .index, as torch.device has."""
+    type, index = DEVICE, None
+
+
+# -- .to() ---------------------------------------------------------------------------------------------------------
+def test_tensor_to_takes_every_form_pytorch_documents():
+    x = ta.tensor([1, 2])
+    assert x.to(x.device) is x and x.to(ta.device(DEVICE)) is x and x.to(DEVICE) is x      # nothing to do: itself
+    assert x.to(LooksLikeTorchDevice()) is x and x.to(device=x.device) is x
+    assert x.to(ta.float64).dtype == np.float64 and x.to("float16").dtype == np.float16
+    both = x.to(ta.device(DEVICE), ta.float32)
+    assert both.dtype == np.float32 and both.device == DEVICE and host(both).tolist() == [1.0, 2.0]
+    assert x.to(device=DEVICE, dtype=ta.float64).dtype == np.float64
+    other = ta.zeros(3, dtype=ta.float16)
+    assert x.to(other).dtype == np.float16 and x.to(other).device == other.device     # another tensor's dtype, device
+    assert x.to(ta.float64, non_blocking=True).dtype == np.float64 and x.to(DEVICE, non_blocking=True) is x
+
+
+def test_to_with_copy_gives_a_new_tensor_that_keeps_the_gradient():
+    x = randn(3)
+    y = x.to(copy=True)
+    assert y is not x and y.array is not x.array and np.array_equal(host(y), host(x))
+    assert x.to(ta.float64, False, True) is not x                                   # non_blocking, copy by position
+    y.sum().backward()
+    assert host(x.grad).tolist() == [1, 1, 1]
+    assert ta.gradcheck(lambda t: t.to(copy=True) * t.to(DEVICE, ta.float64, copy=True), (x,))
+
+
+def test_to_refuses_what_is_neither_a_device_nor_a_dtype():
+    with pytest.raises(RuntimeError, match="unknown device 'mps'"):
+        ta.ones(2).to("mps")
+    with pytest.raises(TypeError, match="neither a device nor a dtype"):
+        ta.ones(2).to(3.5)
+
+
+def test_module_to_takes_the_same_forms_and_returns_the_module():
+    model = nn.Linear(2, 3)
+    assert model.to(ta.device(DEVICE)) is model and model.to(LooksLikeTorchDevice()) is model
+    assert model.to(DEVICE, ta.float64) is model and model.weight.dtype == np.float64
+    model.to(ta.zeros(1, dtype=ta.float16))
+    assert model.weight.dtype == np.float16 and model.bias.dtype == np.float16
+    model.to(device=ta.device(DEVICE), dtype=ta.float32, non_blocking=True)
+    assert model.weight.dtype == np.float32 and isinstance(model.weight, nn.Parameter)
+    with pytest.raises(TypeError, match="only accepts floating point dtypes, but got desired dtype=int64"):
+        model.to(ta.long)
+
+
+# -- == None, constants ---------------------------------------------------------------------------------------------
+def test_comparing_a_tensor_with_none_is_false_as_in_pytorch():
+    idx_next = ta.tensor([[3], [4]])
+    assert (idx_next == None) is False and (idx_next != None) is True        # noqa: E711 (the idiom under test)
+    assert (None == idx_next) is False
+    eos_id = None
+    stopped = False
+    if idx_next == eos_id:                                                   # a batch: no "ambiguous truth value"
+        stopped = True
+    assert not stopped
+    assert host(idx_next == 3).tolist() == [[True], [False]]                 # other values compare elementwise
+
+
+def test_pytorchs_constants_and_pow():
+    assert ta.inf == math.inf and ta.pi == math.pi and ta.e == math.e and math.isnan(ta.nan)
+    assert host(ta.tensor([1.0, 2.0]).masked_fill(ta.tensor([True, False]), -ta.inf)).tolist() == [-math.inf, 2]
+    assert host(ta.pow(ta.tensor([2.0, 3.0]), 3)).tolist() == [8, 27]
+    assert host(ta.pow(2, ta.tensor([1.0, 3.0]))).tolist() == [2, 8]
+    base = ta.tensor([0.5, 1.5, 2.0], dtype=ta.float64, requires_grad=True)
+    assert ta.gradcheck(lambda a, b: ta.pow(a, b), (base, randn(3)))
+
+
+# -- refusals -------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("p", [1.5, -0.1])
+def test_attention_refuses_a_dropout_probability_outside_0_1(p):
+    q = randn(1, 2, 3, 4)
+    with pytest.raises(RuntimeError, match=f"dropout probability has to be between 0 and 1, but got {p}"):
+        F.scaled_dot_product_attention(q, q, q, dropout_p=p)
+
+
+def test_attention_refuses_integer_query_key_and_value_by_name():
+    q, i = randn(1, 3, 4), ta.ones(1, 3, 4, dtype=ta.long)
+    for name, args in (("query", (i, q, q)), ("key", (q, i, q)), ("value", (q, q, i))):
+        with pytest.raises(RuntimeError, match=f"scaled_dot_product_attention's {name} takes floating tensors.*int64"):
+            F.scaled_dot_product_attention(*args)
+
+
+def test_matmul_refuses_bool_tensors_as_pytorch():
+    b = ta.ones(2, 2, dtype=ta.bool)
+    with pytest.raises(NotImplementedError, match="matmul does not take bool tensors"):
+        b @ b
+    with pytest.raises(NotImplementedError, match="bool"):
+        ta.matmul(b, b)
+
+
+# -- float16 attention ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("path", ["fast", "reference"])
+def test_float16_attention_scales_before_its_product_near_float16s_range(path):
+    """q . k is 67600 here, past float16's largest finite value (65504); scaled first (scale 1/2), it is 33800 and
+    the attention is finite and right, as PyTorch's math path (which scales before its product) gives."""
+    q = np.full((1, 2, 4), 130.0)
+    k = np.stack([np.full(4, 130.0), np.full(4, 129.0)])[None]              # logits 33800 and 33540 after scaling
+    v = np.array([[[1.0, 0.0], [0.0, 1.0]]])
+    expected = np.zeros((1, 2, 2))
+    expected[..., 0] = 1.0                                                   # softmax of (33800, 33540): one-hot
+    half = [ta.tensor(a, dtype=ta.float16) for a in (q, k, v)]
+    if path == "reference":
+        with ta.reference():
+            out = F.scaled_dot_product_attention(*half)
+    else:
+        out = F.scaled_dot_product_attention(*half)
+    assert out.dtype == np.float16 and np.isfinite(host(out)).all()
+    np.testing.assert_array_equal(host(out).astype(np.float64), expected)
+    weights = F.attention_weights(half[0], half[1])
+    assert np.isfinite(host(weights)).all()
+
+
+def test_float16_attention_matches_float64_at_large_logits():
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.uniform(-60, 60, (1, 2, 5, 8)) for _ in range(3))         # raw q . k up to ~28800 * 8 / 3
+    exact = F.scaled_dot_product_attention(*(ta.tensor(a) for a in (q, k, v)))
+    half = F.scaled_dot_product_attention(*(ta.tensor(a, dtype=ta.float16) for a in (q, k, v)))
+    assert np.isfinite(host(half)).all()
+    np.testing.assert_allclose(host(half).astype(np.float64), host(exact), atol=0.15)
+
+
+# -- printing -------------------------------------------------------------------------------------------------------
+def test_an_empty_tensor_prints_its_size_unless_it_is_1_d():
+    on = "" if DEVICE == "cpu" else ", device='cuda:0'"
+    assert repr(ta.zeros(2, 0)) == f"tensor([]{on}, size=(2, 0))"
+    assert repr(ta.zeros(0, 3, dtype=ta.int32)) == f"tensor([]{on}, size=(0, 3), dtype=tinyattn.int32)"
+    assert repr(ta.zeros(0)) == f"tensor([]{on})"
