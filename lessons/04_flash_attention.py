@@ -112,6 +112,54 @@ print(f"blockwise backward by hand vs the naive path's gradients: {backward_err:
 assert backward_err < 1e-12
 
 # %% [markdown]
+# ## Watching the loop, tile by tile
+# `F.trace_flash_attention` runs the package's reference twin (`ReferenceFlashAttention`, the two functions above
+# with masks and heads) with a recorder switched on, and hands back one plain record per tile it visits: the block's
+# scores, m and l before and after, the rescale alpha = exp(m - m'), the output so far; in backward the recomputed P,
+# dS and the block's dQ, dK, dV. N = 64 in tiles of 16, one head, causal: 4 + 3 + 2 + 1 = 10 tiles, the six above
+# the diagonal skipped. Every row's last m must be its row max exactly (a max never rounds), and m + log l its
+# log-sum-exp. The same records drive a frame per step (below), a GIF and an HTML player (`viz.flash_animation`,
+# `viz.flash_player_html`, written on a full run), and `python -m lessons flash` walks them in a terminal, Enter by Enter.
+
+# %%
+tq, tk, tv = (rng.standard_normal((1, 1, 64, 16)) for _ in range(3))
+traced = F.trace_flash_attention(tq, tk, tv, is_causal=True, block_size=16)
+forward_records = [r for r in traced.records if r["pass"] == "forward"]
+trace_tiles = len(forward_records)
+last_of_block = {r["rows"]: r for r in forward_records}                  # each row block's last tile wins
+m_end = np.concatenate([last_of_block[rows]["m"] for rows in sorted(last_of_block)], axis=-2)[0, 0, :, 0]
+l_end = np.concatenate([last_of_block[rows]["l"] for rows in sorted(last_of_block)], axis=-2)[0, 0, :, 0]
+scores = (1 / np.sqrt(16)) * (tq @ tk.swapaxes(-1, -2))[0, 0]
+scores[np.triu_indices(64, 1)] = -np.inf
+row_max = scores.max(axis=1)
+log_sum_exp = row_max + np.log(np.exp(scores - row_max[:, None]).sum(axis=1))
+trace_max_error = float(max(np.abs(m_end - row_max).max(), np.abs(m_end + np.log(l_end) - log_sum_exp).max()))
+print(f"{trace_tiles} tiles visited; |m - row max| and |m + log l - log-sum-exp| at most {trace_max_error:.1e}")
+rescales = {i: sum(r["alpha"][0, 0, i - 48, 0] < 1 for r in forward_records[6:]) for i in range(48, 64)}
+row = max(rescales, key=rescales.get)              # of the last row block (four tiles), the row rescaled most often
+for r in forward_records:
+    if r["rows"][0] <= row < r["rows"][1]:
+        i = row - r["rows"][0]
+        print(f"  row {row}, keys {r['cols'][0]:2d}-{r['cols'][1] - 1:2d}: m {r['m_before'][0, 0, i, 0]:7.3f} -> "
+              f"{r['m'][0, 0, i, 0]:7.3f}, rescale {r['alpha'][0, 0, i, 0]:.3f}, l {r['l'][0, 0, i, 0]:7.3f}")
+assert trace_tiles == 10 and trace_max_error <= 1e-12
+rescaled = [i for i, r in enumerate(forward_records) if r["alpha"].min() < 1]
+fig = viz.flash_frame(traced.records, rescaled[-1], traced.output)
+viz.save(fig, plot_path(args, "04_flash_tile.png"))
+if not args.quick:                                                        # a few seconds of drawing: full runs only
+    print("animation:", viz.flash_animation(traced.records, plot_path(args, "04_flash_tiles.gif"), traced.output,
+                                            traced.grads))
+    viz.save(viz.flash_player_html(traced.records, traced.output, traced.grads),
+             plot_path(args, "04_flash_tiles.html"))
+
+# %% [markdown]
+# The package's fast twin (`flash_attention_fast.py`) has no running max to watch: it fixes each row's shift from
+# the row's first block and never rescales. Softmax does not care which shift is taken (exp(s - c) / sum exp(s - c)
+# is the same for every c); the max only keeps exp from overflowing. A shift from the first block is near enough
+# for most rows, saves the alpha multiplications of every later block, and the rare row whose l grows past a bound
+# is simply made again with its true max.
+
+# %% [markdown]
 # ## The package's flash attention, forward and backward, in float32
 # `F.flash_attention` runs the two functions above, vectorised over batch and heads, with masks and grouped heads:
 # `ReferenceFlashAttention` in tinyattn/functional/flash_attention.py is written in the algorithm's own names (m,
@@ -209,6 +257,41 @@ fig.tight_layout()
 viz.save(fig, plot_path(args, "04_flash_memory_time.png"))
 
 # %% [markdown]
+# ## What each path keeps for backward
+# A process's peak mixes what backward needs with the temporaries of the moment. `ta.memory_report(out)` reads
+# instead what the graph behind out holds: every array each Function's ctx keeps for its backward, named, counted
+# once by the memory it owns. One attention layer (8 heads, d = 64, causal), the two lengths above: the naive path
+# keeps its weights, in parts of 64 query rows that leave out the keys a causal mask hides, a term that grows as
+# N^2; flash keeps per query only its output, its query (the fast twin's own copy with one more column) and one
+# number, so all it keeps grows as N. (q, k and v are leaf tensors here, and the report counts them apart; in a
+# model they are one more layer's outputs.)
+
+# %%
+def kept_for_backward(attend, n):
+    q, k, v = (ta.randn(1, 8, n, 64, requires_grad=True) for _ in range(3))
+    return ta.memory_report(attend(q, k, v, is_causal=True))
+
+
+kept = {}
+for n in (half, largest):
+    for name, attend in (("naive", F.scaled_dot_product_attention), ("flash", F.flash_attention)):
+        arrays = kept_for_backward(attend, n).arrays()
+        tokens = [row for row in arrays if row["shape"][-2] == n and row["shape"][-1] != n]    # one row a query
+        weights = [row for row in arrays if row not in tokens]
+        kept[name, n] = (sum(row["bytes"] for row in arrays), sum(row["bytes"] for row in weights))
+        print(f"{name} at N={n}: keeps {kept[name, n][0] / 2 ** 20:6.2f} MiB: "
+              + ", ".join(f"{row['name']} {row['shape'][-2:]}" for row in tokens)
+              + (f"; weights {kept[name, n][1] / 2 ** 20:.2f} MiB in {len(weights)} parts, from "
+                 f"{weights[0]['shape'][-2:]} to {weights[-1]['shape'][-2:]}" if weights else "; no weights"))
+saved_bytes_naive, saved_bytes_flash = kept["naive", largest][0], kept["flash", largest][0]
+weights_growth = kept["naive", largest][1] / kept["naive", half][1]
+print(f"from N={half} to N={largest}: the naive path's weights grew {weights_growth:.2f}x (N^2 with the causal "
+      f"parts: {largest * (largest + 64) / (half * (half + 64)):.2f}x); flash keeps no weights and all it keeps grew "
+      f"{kept['flash', largest][0] / kept['flash', half][0]:.2f}x")
+assert kept["flash", largest][1] == 0 and kept["flash", largest][0] == 2 * kept["flash", half][0]
+assert weights_growth > 3
+
+# %% [markdown]
 # ## Work that can run side by side
 # In the forward, each row block of queries needs nothing from the others: its running max, sum and output are its
 # own. In the backward, each column block of keys owns its dK and dV, while every column block adds to all of dQ.
@@ -236,4 +319,5 @@ if not args.quick:
 report(flash_max_abs_err=flash_err, blockwise_backward_max_abs_err=backward_err, flash_memory_ratio=memory_ratio,
        flash_memory_growth=growth_of["flash"], whole_matrix_memory_growth=growth_of["reference"],
        flash_time_ratio=time_ratio, flash_vs_naive_memory_ratio=ratio("traced_peak_mib", "naive"),
-       flash_vs_naive_time_ratio=ratio("median_s", "naive"), largest_n=largest)
+       flash_vs_naive_time_ratio=ratio("median_s", "naive"), largest_n=largest, trace_tiles=trace_tiles,
+       trace_max_error=trace_max_error, saved_bytes_naive=saved_bytes_naive, saved_bytes_flash=saved_bytes_flash)

@@ -7,6 +7,7 @@ python -m lessons exercises --notebook       write them as notebooks graded by t
 python -m lessons check NAME                 grade one against the reference path (--file PATH, --solution)
 python -m lessons check all [--dir DIR]      grade every exercise: a summary table (--json: for a grade book)
 python -m lessons student-copy DIR           write the repository without the exercises' solutions (for a class)
+python -m lessons flash                      walk flash attention's loop tile by tile (Enter: next; --help)
 
 Run these from the repository root."""
 import glob
@@ -57,6 +58,9 @@ def main(argv):
     if argv[:1] == ["student-copy"]:
         from lessons import student_copy
         sys.exit(student_copy.main(argv[1:]))
+    if argv[:1] == ["flash"]:
+        from lessons import flash_walk
+        sys.exit(flash_walk.main(argv[1:]))
     files = lesson_files()
     if not argv or argv[0] in ("-h", "--help"):
         for path in files:

@@ -5,7 +5,12 @@
 - grouped_query reuses attention itself: `attend` and `attend_backward` are lesson 03's forward and backward on
   arrays whose leading dims broadcast, with masks.
 - attention's dropout draws the weights it drops with `dropout_scale`, as the library's attention draws them.
+- `trace` lets flash_forward and flash_backward show their block loop: call it at the end of each block step, and
+  where a trace is being recorded (`recording_trace`, as the checker does) your values are kept, to be set beside
+  the library's (lessons/flash_trace_compare.py); elsewhere it does nothing.
 """
+import contextlib
+
 from tinyattn.backend import xp_of
 from tinyattn.functional.attention_inputs import additive_mask
 from tinyattn.functional.dropout import keep_mask
@@ -20,6 +25,27 @@ def blocks(n, block_size):
 def visible(rows, cols, is_causal):
     """Whether any query of the row block may see any key of the column block (causal: key j <= query i)."""
     return not is_causal or cols.start <= rows.stop - 1
+
+
+_trace = []                    # the open recordings: recording_trace appends a list, trace adds to the newest
+
+
+def trace(*arrays):
+    """Optional, at the end of each block step: trace(m, l, acc) in flash_forward's loop (after m = m_new),
+    trace(p, grad_s) in flash_backward's. Keeps a copy of the arrays while a trace is being recorded; no-op else."""
+    if _trace:
+        _trace[-1].append(tuple(xp_of(a).array(a, copy=True) for a in arrays))
+
+
+@contextlib.contextmanager
+def recording_trace():
+    """Within the block, every trace(...) call is kept, in order, in the list this yields (one tuple per call)."""
+    calls = []
+    _trace.append(calls)
+    try:
+        yield calls
+    finally:
+        _trace.remove(calls)
 
 
 def block_scores(q, k, mask, rows, cols, scale, is_causal):

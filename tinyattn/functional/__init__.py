@@ -20,6 +20,7 @@ from .dropout import check_probability, dropout
 from .embedding import embedding, one_hot, padding_row
 from .flash_attention import flash_attention
 from . import flash_attention_fast  # noqa: F401 (registers flash attention's fast twin)
+from .flash_trace import trace_flash_attention
 from .interpolation import interpolate
 from .linear import linear
 from .losses import binary_cross_entropy_with_logits, cross_entropy, kl_div, mse_loss, nll_loss

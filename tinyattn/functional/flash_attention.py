@@ -1,13 +1,21 @@
 """Flash attention: the same result as scaled_dot_product_attention in O(N) memory, block by block with an online
 softmax (FlashAttention-2, Dao 2023). ReferenceFlashAttention is the algorithm in its own names (lesson 04 derives
 it); the fast twin, the same loops arranged for speed on the CPU, is in flash_attention_fast.py; on the GPU,
-float32 inputs run the CUDA kernels of flash_kernel.py."""
+float32 inputs run the CUDA kernels of flash_kernel.py. flash_trace.py watches the reference's loops tile by tile
+through tile_recorder."""
+import contextvars
+
 from .. import cpu
 from ..backend import broadcast_shapes, xp_of
 from ..tensor import Function, Tensor
 from . import flash_kernel, twins
 from .attention_inputs import (additive_mask, check_attention_inputs, check_mask_choice, default_scale, group_heads,
                                group_size, merge_heads, split_heads, ungroup_grad, with_row_and_key_axes)
+
+
+# Called with each visited tile's arrays when set (flash_trace.trace_flash_attention sets it); None costs one check
+# per block loop.
+tile_recorder = contextvars.ContextVar("flash_attention_tile_recorder", default=None)
 
 
 def _blocks(n, block_size):
@@ -66,6 +74,7 @@ class ReferenceFlashAttention(Function):
         out = xp.zeros(batch + (q.shape[-2], v.shape[-1]), dtype=q.dtype)
         L = xp.zeros(batch + (q.shape[-2], 1), dtype=xp.float64)
         zero = xp.zeros((), dtype=q.dtype)
+        record = tile_recorder.get()
         for rows in _blocks(q.shape[-2], block_size):
             m = xp.full(batch + (rows.stop - rows.start, 1), -xp.inf, dtype=q.dtype)
             l = xp.zeros_like(m)
@@ -78,9 +87,12 @@ class ReferenceFlashAttention(Function):
                 shift = xp.where(m_new == -xp.inf, zero, m_new)
                 p = xp.exp(s - shift)
                 alpha = xp.exp(m - shift)
-                l = alpha * l + p.sum(axis=-1, keepdims=True)
+                l_new = alpha * l + p.sum(axis=-1, keepdims=True)
                 acc = alpha * acc + p @ v[..., cols, :]
-                m = m_new
+                if record is not None:
+                    record("forward", rows, cols, scores=s, m_before=m, m=m_new, l_before=l, l=l_new, alpha=alpha,
+                           acc=acc)
+                m, l = m_new, l_new
             empty = l == 0
             out[..., rows, :] = xp.where(empty, zero, acc / xp.where(empty, 1, l))
             L[..., rows, :] = xp.where(empty, xp.inf, m.astype(L.dtype) + xp.log(xp.where(empty, 1, l)))
@@ -98,17 +110,23 @@ class ReferenceFlashAttention(Function):
         grad_q = xp.zeros(out.shape[:-1] + q.shape[-1:], dtype=q.dtype)
         grad_k = xp.zeros(out.shape[:-2] + k.shape[-2:], dtype=q.dtype)
         grad_v = xp.zeros(out.shape[:-2] + v.shape[-2:], dtype=q.dtype)
+        record = tile_recorder.get()
         for cols in _blocks(k.shape[-2], block_size):
             for rows in _blocks(q.shape[-2], block_size):
                 if not _visible(rows, cols, is_causal):
                     continue
                 s = _scores(q[..., rows, :], k[..., cols, :], scale, _block_bias(mask, rows, cols, is_causal, q))
                 p = xp.exp(s - L[..., rows, :])
-                grad_v[..., cols, :] += xp.swapaxes(p, -1, -2) @ grad[..., rows, :]
+                dv = xp.swapaxes(p, -1, -2) @ grad[..., rows, :]
                 dp = grad[..., rows, :] @ xp.swapaxes(v[..., cols, :], -1, -2)
                 ds = p * (dp - D[..., rows, :])
-                grad_q[..., rows, :] += scale * (ds @ k[..., cols, :])
-                grad_k[..., cols, :] += scale * (xp.swapaxes(ds, -1, -2) @ q[..., rows, :])
+                dq = scale * (ds @ k[..., cols, :])
+                dk = scale * (xp.swapaxes(ds, -1, -2) @ q[..., rows, :])
+                if record is not None:
+                    record("backward", rows, cols, scores=s, p=p, ds=ds, dq=dq, dk=dk, dv=dv)
+                grad_q[..., rows, :] += dq
+                grad_k[..., cols, :] += dk
+                grad_v[..., cols, :] += dv
         return (merge_heads(grad_q, groups), ungroup_grad(grad_k, groups), ungroup_grad(grad_v, groups),
                 None, None, None, None, None)
 

@@ -4,7 +4,7 @@ from tinyattn.backend import xp_of
 from tinyattn.functional.attention_inputs import merge_heads, split_heads, ungroup_grad
 from tinyattn.functional.flash_attention import ReferenceFlashAttention
 
-from lessons.exercises.given import block_scores, blocks, visible
+from lessons.exercises.given import block_scores, blocks, trace, visible
 
 
 class FlashAttention(Function):
@@ -28,6 +28,7 @@ class FlashAttention(Function):
                 grad_v[..., cols, :] += xp.swapaxes(p, -1, -2) @ grad[..., rows, :]
                 grad_p = grad[..., rows, :] @ xp.swapaxes(v[..., cols, :], -1, -2)
                 grad_s = p * (grad_p - D[..., rows, :])
+                trace(p, grad_s)                                    # optional: lets the checker show your loop
                 grad_q[..., rows, :] += scale * (grad_s @ k[..., cols, :])
                 grad_k[..., cols, :] += scale * (xp.swapaxes(grad_s, -1, -2) @ q[..., rows, :])
         return (merge_heads(grad_q, groups), ungroup_grad(grad_k, groups), ungroup_grad(grad_v, groups),

@@ -4,7 +4,7 @@ from tinyattn.backend import xp_of
 from tinyattn.functional.attention_inputs import group_heads, merge_heads
 from tinyattn.functional.flash_attention import ReferenceFlashAttention
 
-from lessons.exercises.given import block_scores, blocks, visible
+from lessons.exercises.given import block_scores, blocks, trace, visible
 
 
 class FlashAttention(Function):
@@ -30,6 +30,7 @@ class FlashAttention(Function):
                 l = alpha * l + p.sum(axis=-1, keepdims=True)
                 acc = alpha * acc + p @ v[..., cols, :]
                 m = m_new
+                trace(m, l, acc)                                    # optional: lets the checker show your loop
             seen = l > 0                                            # False for a row whose every key is masked
             out[..., rows, :] = xp.where(seen, acc / xp.where(seen, l, 1), 0)
             L[..., rows, :] = xp.where(seen, m + xp.log(xp.where(seen, l, 1)), xp.inf)

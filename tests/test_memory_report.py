@@ -1,0 +1,158 @@
+"""ta.memory_report (tools/memory.py): what every Function keeps for backward, counted exactly."""
+import gc
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import tinyattn as ta
+import tinyattn.functional as F
+from tinyattn import models
+from tinyattn.tools.memory import OUTSIDE, track_modules
+
+B, H, L, E = 2, 3, 40, 8
+
+
+def qkv(device=None):
+    rng = np.random.default_rng(0)
+    return [ta.tensor(rng.standard_normal((B, H, L, E)).astype("float32"), requires_grad=True, device=device)
+            for _ in range(3)]
+
+
+def saved(report, op):
+    return {row["name"]: row for row in report.arrays(op)}
+
+
+def test_naive_attention_keeps_its_weights_b_h_l_squared():
+    with ta.reference():
+        out = F.scaled_dot_product_attention(*qkv(), is_causal=True)
+    report = ta.memory_report(out)
+    rows = saved(report, "ReferenceScaledDotProductAttention")
+    assert set(rows) == {"q", "k", "v", "p"}
+    assert rows["p"]["shape"] == (B, H, L, L) and rows["p"]["bytes"] == B * H * L * L * 4
+    assert all(rows[name]["leaf"] for name in "qkv") and not rows["p"]["leaf"]
+    assert report.total_bytes == report.saved_bytes == B * H * L * L * 4       # q, k, v are leaves: alive anyway
+
+
+def test_fast_naive_attention_keeps_its_weights_and_output():
+    out = F.scaled_dot_product_attention(*qkv(), is_causal=True)
+    rows = saved(ta.memory_report(out), "FastScaledDotProductAttention")
+    held = [row for row in rows.values() if row["shape"][-2:] == (L, L)]
+    assert sum(row["bytes"] for row in held) == B * H * L * L * 4, rows
+    assert rows["out"]["bytes"] == B * H * L * E * 4
+
+
+def test_flash_attention_keeps_one_log_sum_exp_per_query_and_q_k_v_and_the_output():
+    with ta.reference():
+        out = F.flash_attention(*qkv(), is_causal=True, block_size=16)
+    report = ta.memory_report(out)
+    rows = saved(report, "ReferenceFlashAttention")
+    assert set(rows) == {"q", "k", "v", "out", "L"}                        # mask None holds nothing
+    assert rows["L"]["shape"] == (B, H, L, 1) and rows["L"]["bytes"] == B * H * L * 8      # float64 on purpose
+    assert rows["out"]["bytes"] == B * H * L * E * 4
+    assert all(rows[name]["leaf"] and rows[name]["bytes"] == B * H * L * E * 4 for name in "qkv")
+    assert report.total_bytes == B * H * L * 8 + B * H * L * E * 4
+    assert not any(row["shape"][-2:] == (L, L) for row in report.rows)
+
+
+def test_fast_flash_attention_keeps_nothing_of_size_l_squared():
+    report = ta.memory_report(F.flash_attention(*qkv(), is_causal=True, block_size=16))
+    rows = saved(report, "FastFlashAttention")
+    assert {"k", "v", "out"} <= set(rows)
+    assert not any(row["shape"][-2:] == (L, L) for row in report.rows)
+    assert report.total_bytes < B * H * L * L * 4 / 2
+
+
+def test_a_gpt_step_on_the_reference_path_the_report_accounts_for_what_the_forward_allocated():
+    config = models.GPTConfig(vocab_size=50, block_size=64, n_layer=2, num_heads=2, d_model=64, impl="reference")
+    model = models.GPT(config)
+    ids = np.random.default_rng(0).integers(0, 50, (4, 64))
+    with ta.reference():
+        model(ids, ids)                                # warm: first calls build caches of their own
+        gc.collect()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            logits, loss = model(ids, ids)
+            grown = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+    report = ta.memory_report(loss)
+    # The logits are in the report (an input the graph holds on the way to the loss); the loss itself is not.
+    assert any(row["kind"] == "input" and row["shape"] == logits.shape and row["bytes"] == logits.array.nbytes
+               for row in report.rows)
+    assert abs((grown - loss.array.nbytes) - report.total_bytes) <= 0.1 * report.total_bytes, \
+        (grown, report.total_bytes)
+    assert report.saved_bytes < report.total_bytes
+    loss.backward()
+    freed = ta.memory_report(loss)
+    assert report.freed == 0 and freed.rows == [] and freed.freed >= len({row["call"] for row in report.rows})
+
+
+def test_shared_memory_is_counted_once_and_names_where():
+    a = ta.randn(50, 60, requires_grad=True)
+    h = a.exp()                                        # Exp keeps its output: h's memory
+    y = (h * h).sum() + h[:, :10].sin().sum()          # Mul keeps h twice; Sin keeps a view into h
+    report = ta.memory_report(y)
+    (exp_row,) = report.arrays("Exp")
+    assert exp_row["bytes"] == 50 * 60 * 4 and exp_row["counted_at"] is None
+    others = report.arrays("Mul") + report.arrays("Sin")
+    assert len(others) == 3 and all(row["bytes"] == 0 for row in others)
+    assert {row["counted_at"] for row in others} == {f"Exp.{exp_row['name']}"}
+    assert others[-1]["shape"] == (50, 10)
+    # Beside h, the graph holds the inputs of the two sums (h * h and sin's output) and of the last add (two scalars).
+    assert report.total_bytes == 50 * 60 * 4 * 2 + 50 * 10 * 4 + 2 * 4
+    assert report.saved_bytes == 50 * 60 * 4
+
+
+def test_ctx_attributes_are_walked_into_tuples_lists_and_dicts():
+    class Keeper(ta.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.parts = (x * 2, [x * 3, 7], {"four": x * 4})
+            ctx.plain = x * 5
+            return x.copy()
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad
+
+    x = ta.randn(10, 4, requires_grad=True)
+    report = ta.memory_report(Keeper.apply(x))
+    names = {row["name"]: row["bytes"] for row in report.arrays("Keeper")}
+    assert names == {"parts[0]": 160, "parts[1][0]": 160, "parts[2]['four']": 160, "plain": 160}
+    assert report.total_bytes == 640
+
+
+def test_modules_are_named_where_tracked():
+    config = models.GPTConfig(vocab_size=20, block_size=16, n_layer=1, num_heads=2, d_model=16, impl="flash")
+    model = models.GPT(config)
+    ids = np.random.default_rng(1).integers(0, 20, (2, 16))
+    with track_modules(model) as modules:
+        loss = model(ids, ids)[1]
+    report = ta.memory_report(loss, modules)
+    attention = [row for row in report.rows if "FlashAttention" in row["op"]]
+    assert attention and {row["module"] for row in attention} == {"blocks.0.attn"}
+    assert {row["module"] for row in report.rows if row["op"] == "FastLinear"} >= {"blocks.0.attn.qkv", "head"}
+    assert OUTSIDE not in report.per_module()
+    assert "blocks.0.attn" in report.table()
+    assert set(ta.memory_report(loss).per_module()) == {OUTSIDE}
+
+
+def test_a_tensor_without_a_graph_is_refused():
+    with pytest.raises(ValueError, match="grad_fn"):
+        ta.memory_report(ta.randn(3, requires_grad=True))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fused", [False, True])
+def test_the_report_counts_cupy_arrays_on_flash_paths(fused):
+    report = ta.memory_report(F.flash_attention(*qkv(device="cuda"), is_causal=True, block_size=16, fused=fused))
+    assert report.rows and not any(row["shape"][-2:] == (L, L) for row in report.rows)
+    assert report.total_bytes >= B * H * L * E * 4                      # the output at least
+
+
+@pytest.mark.gpu
+def test_the_report_counts_cupy_weights_on_the_naive_path():
+    report = ta.memory_report(F.scaled_dot_product_attention(*qkv(device="cuda"), is_causal=True))
+    assert sum(row["bytes"] for row in report.rows if row["shape"][-1] != E) >= B * H * L * (L + 1) // 2 * 4
