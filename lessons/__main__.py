@@ -19,8 +19,21 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+# A lesson written after the course was numbered keeps its number and is read after the lesson named here: 21 (GPT-2's
+# tokenizer) right after 06 (the GPT it feeds).
+READ_AFTER = {"21": "06"}
+
+
 def lesson_files():
-    return sorted(glob.glob(os.path.join(HERE, "[0-9][0-9]_*.py")))
+    """The lessons in reading order: by number, except that each lesson of READ_AFTER follows its lesson."""
+    files = sorted(glob.glob(os.path.join(HERE, "[0-9][0-9]_*.py")))
+    order = [path for path in files if os.path.basename(path)[:2] not in READ_AFTER]
+    for path in reversed(files):                     # reversed: two lessons placed after one keep their numbers' order
+        after = READ_AFTER.get(os.path.basename(path)[:2])
+        if after is not None:
+            place = next(i for i, p in enumerate(order) if os.path.basename(p).startswith(after))
+            order.insert(place + 1, path)
+    return order
 
 
 def title(path):

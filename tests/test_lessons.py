@@ -37,6 +37,7 @@ EXPECTED_KEYS = {
     "20": {"induction_score_max", "prev_token_score_max", "prev_token_score_layer0_sum", "in_context_gain_nats",
            "ablation_gain_removed", "induction_heads_ablation_gain_removed", "second_copy_loss",
            "one_layer_second_copy_loss"},
+    "21": {"bpe_ids_match", "bpe_roundtrip", "bytes_per_token"},
 }
 
 
@@ -75,6 +76,9 @@ def test_lessons_listing(tmp_path):
     listing = run(["-m", "lessons"], tmp_path)
     assert listing.returncode == 0
     assert all(f"{p.name[:2]}  " in listing.stdout for p in LESSONS)
+    numbers = [line[:2] for line in listing.stdout.splitlines() if line[:2].isdigit()]
+    assert numbers[5:8] == ["06", "21", "07"], "lesson 21 (the tokenizer) is read after 06 (the GPT); 07-20 stay"
+    assert [n for n in numbers if n != "21"] == sorted(n for n in numbers if n != "21")
     missing = run(["-m", "lessons", "99"], tmp_path)
     assert missing.returncode != 0 and "no lesson" in missing.stderr
 

@@ -1,9 +1,11 @@
 """A real model's tokenizer, read from tokenizer.json in its folder through the `tokenizers` package (the hub
-extra): GPT-2's byte-level BPE turns text into the ids its embedding was trained on, and back. encode, decode and
-batch_decode behave as transformers' tokenizers do."""
+extra), or with backend="python" through the byte-level BPE built here (data/bpe.py, no `tokenizers` needed): GPT-2's
+byte-level BPE turns text into the ids its embedding was trained on, and back. encode, decode and batch_decode behave
+as transformers' tokenizers do."""
 import os
 
 from .. import hub
+from .bpe import ByteLevelBPE
 
 
 class Tokenizer:
@@ -11,7 +13,11 @@ class Tokenizer:
         self.backend_tokenizer = backend_tokenizer
 
     @classmethod
-    def from_pretrained(cls, name_or_folder):
+    def from_pretrained(cls, name_or_folder, backend="tokenizers"):
+        """backend: "tokenizers" (Hugging Face's package, any tokenizer.json) or "python" (tinyattn.data.bpe: a
+        byte-level BPE such as GPT-2's, the same ids, no tokenizers package)."""
+        if backend not in ("tokenizers", "python"):
+            raise ValueError(f"backend must be 'tokenizers' or 'python', not {backend!r}")
         folder = hub.resolve(name_or_folder)
         path = os.path.join(folder, "tokenizer.json")
         if not os.path.isfile(path):
@@ -19,6 +25,11 @@ class Tokenizer:
                                       "token ids (a prompt needs it). Put the one of the model it was trained from "
                                       "beside its weights (GPT-2's: https://huggingface.co/gpt2/blob/main/"
                                       "tokenizer.json), or save yours there with tokenizers' Tokenizer.save")
+        if backend == "python":
+            try:
+                return cls(ByteLevelBPE.from_file(path))
+            except ValueError as error:
+                raise hub.PretrainedError(str(error)) from None
         try:
             from tokenizers import Tokenizer as Backend
         except ImportError:

@@ -1,0 +1,285 @@
+"""The byte-level BPE built here (tinyattn/data/bpe.py) against GPT-2's documented table and pattern, hand-worked
+merges, and the `tokenizers` package: the same ids on 1,000 probe strings, exact decoding, the same trained merges."""
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+import unicodedata
+
+import pytest
+
+from tinyattn.data import Tokenizer, bpe
+from tinyattn.data.probe_strings import CATEGORIES, probe_strings
+from tinyattn.data.text import DEFAULT_MODULES
+from tinyattn.hub import PretrainedError
+
+SPECIAL = ["<|endoftext|>", "<pad>"]
+
+
+def corpus(modules=4):
+    folder = sysconfig.get_paths()["stdlib"]
+    texts = []
+    for name in DEFAULT_MODULES[:modules]:
+        with open(os.path.join(folder, name), encoding="utf-8") as f:
+            texts.append(f.read())
+    return texts + [text for _, text in probe_strings(3000, seed=1, special_tokens=SPECIAL)]
+
+
+def train_with_tokenizers(texts, vocab_size, add_prefix_space=False, min_frequency=0):
+    """The tokenizers package's own byte-level BPE trainer, set up as its ByteLevelBPETokenizer does."""
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers import decoders, models, pre_tokenizers, processors, trainers
+    tok = tokenizers.Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    tok.train_from_iterator(texts, trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=SPECIAL, min_frequency=min_frequency, show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    return tok
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A folder with a tokenizer.json written by tokenizers' trainer, and that trainer's tokenizer."""
+    folder = tmp_path_factory.mktemp("bpe")
+    tok = train_with_tokenizers(corpus(), 1500)
+    tok.save(str(folder / "tokenizer.json"))
+    return folder, tok
+
+
+def test_byte_table_is_gpt2s():
+    table = bpe.bytes_to_unicode()
+    assert sorted(table) == list(range(256)) and len(set(table.values())) == 256
+    assert all(table[b] == chr(b) for b in [*range(33, 127), *range(0xA1, 0xAD), *range(0xAE, 0x100)])
+    # the rest, in byte order, from U+0100: GPT-2's vocabulary writes a space 'Ġ', a newline 'Ċ', a tab 'ĉ'
+    assert (table[0], table[ord(" ")], table[ord("\n")], table[ord("\t")]) == ("Ā", "Ġ", "Ċ", "ĉ")
+    assert (table[0x7F], table[0xA0], table[0xAD]) == ("ġ", "ł", "Ń")
+    assert all(c.isprintable() and not c.isspace() for c in table.values())
+
+
+def test_pattern_splits_as_gpt2():
+    assert bpe.pre_tokenize("Hello world's  end\n\n") == ["Hello", " world", "'s", " ", " end", "\n\n"]
+    assert bpe.pre_tokenize("I'm 2024 über-fast!!") == ["I", "'m", " 2024", " über", "-", "fast", "!!"]
+    assert bpe.pre_tokenize("x  = 1\n    return") == ["x", " ", " =", " 1", "\n   ", " return"]
+    assert bpe.pre_tokenize("We’ll") == ["We", "’", "ll"]              # only the straight apostrophe is special
+    assert bpe.pre_tokenize("hi", add_prefix_space=True) == [" hi"]
+    assert bpe.to_byte_chars(" é\n") == "ĠÃ©Ċ"
+
+
+def test_pattern_matches_tokenizers_on_unicode():
+    """Every 101st code point assigned in Python's Unicode (14.0), in letters, digits, spaces and apostrophes around
+    it, splits as tokenizers' ByteLevel pre-tokenizer splits it. (Code points assigned later differ: the regex
+    package knows Unicode 17's letters, tokenizers' Oniguruma does not.)"""
+    pre_tokenizers = pytest.importorskip("tokenizers.pre_tokenizers")
+    theirs = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    checked = 0
+    for code in range(0, 0x110000, 101):
+        c = chr(code)
+        if unicodedata.category(c) in ("Cn", "Cs"):
+            continue
+        text = f"a{c}b {c}{c} 1{c}'s{c}\n{c} "
+        assert [bpe.to_byte_chars(p) for p in bpe.pre_tokenize(text)] == \
+            [p for p, _ in theirs.pre_tokenize_str(text)], hex(code)
+        checked += 1
+    assert checked > 2000
+
+
+def test_encode_by_rank_hand_worked():
+    chars = {c: i for i, c in enumerate("abcd")}
+    vocab = {**chars, "ab": 4, "bc": 5, "aa": 6, "abc": 7}
+    assert bpe.ByteLevelBPE(vocab, [("a", "b"), ("b", "c")]).bpe("abc") == ["ab", "c"]          # lower rank first
+    assert bpe.ByteLevelBPE(vocab, [("b", "c"), ("a", "b")]).bpe("abc") == ["a", "bc"]
+    assert bpe.ByteLevelBPE(vocab, [("a", "a")]).bpe("aaa") == ["aa", "a"]                    # leftmost first
+    assert bpe.ByteLevelBPE(vocab, [("a", "b"), ("ab", "c")]).bpe("abcab") == ["abc", "ab"]
+    assert bpe.ByteLevelBPE(vocab, []).bpe("dcba") == ["d", "c", "b", "a"]
+    with pytest.raises(ValueError, match="'ab'.*not in the vocabulary"):
+        bpe.ByteLevelBPE(chars, [("a", "b")])
+
+
+def test_the_same_ids_as_tokenizers_on_1000_strings(trained):
+    folder, theirs = trained
+    mine = bpe.ByteLevelBPE.from_file(folder / "tokenizer.json")
+    strings = probe_strings(1000, seed=0, special_tokens=SPECIAL)
+    assert all(sum(c == category for c, _ in strings) >= 100 for category in CATEGORIES)
+    texts = [text for _, text in strings]
+    ours = [mine.encode(text) for text in texts]
+    for text, encoding, reference in zip(texts, ours, theirs.encode_batch(texts)):
+        assert encoding.ids == reference.ids, text
+        assert encoding.tokens == reference.tokens, text
+    for text, encoding in zip(texts, ours):
+        assert mine.decode(encoding.ids, skip_special_tokens=False) == text
+        assert mine.decode(encoding.ids) == theirs.decode(encoding.ids)                 # special tokens skipped
+    assert mine.get_vocab_size() == theirs.get_vocab_size() == 1500
+    assert mine.get_vocab() == theirs.get_vocab()
+    assert mine.token_to_id("<pad>") == theirs.token_to_id("<pad>") == 1
+    assert mine.id_to_token(300) == theirs.id_to_token(300)
+
+
+def test_gpt2s_file_layout(trained, tmp_path):
+    """GPT-2's own tokenizer.json is older than the one tokenizers writes today: merges as "a b" strings, no
+    model.type, empty strings for the subword prefix and suffix, no use_regex, and <|endoftext|> as the last id,
+    added with normalized true. Both read that layout to the same ids."""
+    tokenizers = pytest.importorskip("tokenizers")
+    folder, _ = trained
+    spec = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+    vocab = {t: i for t, i in spec["model"]["vocab"].items() if t not in SPECIAL}
+    vocab = {t: n for n, t in enumerate(sorted(vocab, key=vocab.get))}
+    vocab["<|endoftext|>"] = len(vocab)
+    spec["added_tokens"] = [{"id": len(vocab) - 1, "special": True, "content": "<|endoftext|>", "single_word": False,
+                             "lstrip": False, "rstrip": False, "normalized": True}]
+    spec["pre_tokenizer"] = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True}
+    spec["model"] = {"dropout": None, "unk_token": None, "continuing_subword_prefix": "", "end_of_word_suffix": "",
+                     "fuse_unk": False, "vocab": vocab, "merges": [" ".join(m) for m in spec["model"]["merges"]]}
+    (tmp_path / "tokenizer.json").write_text(json.dumps(spec), encoding="utf-8")
+    mine = bpe.ByteLevelBPE.from_file(tmp_path / "tokenizer.json")
+    theirs = tokenizers.Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    texts = [text for _, text in probe_strings(300, seed=3)]
+    assert [mine.encode(t).ids for t in texts] == [e.ids for e in theirs.encode_batch(texts)]
+    assert mine.encode("a<|endoftext|>").ids[-1] == len(vocab) - 1
+
+
+def test_long_pieces_and_batches_as_tokenizers(trained):
+    """A piece can be as long as the text (100,000 spaces, a 30,000-letter word): merged through a heap, not by
+    rescanning the piece after every merge."""
+    folder, theirs = trained
+    mine = bpe.ByteLevelBPE.from_file(folder / "tokenizer.json")
+    texts = [" " * 100_000 + "x", "selfreturn" * 3_000, "1234567890" * 2_000, "\n" * 5_000 + "    def"]
+    assert [e.ids for e in mine.encode_batch(texts)] == [e.ids for e in theirs.encode_batch(texts)]
+    ids = [e.ids for e in theirs.encode_batch(["a<|endoftext|>b", "<pad> é"])]
+    assert mine.decode_batch(ids) == theirs.decode_batch(ids)
+    assert mine.decode_batch(ids, skip_special_tokens=False) == theirs.decode_batch(ids, skip_special_tokens=False)
+
+
+def test_ignore_merges_as_tokenizers(trained, tmp_path):
+    """Llama 3's files set model.ignore_merges: a piece that is a token of the vocabulary stays whole, whatever
+    the merges would make of it."""
+    tokenizers = pytest.importorskip("tokenizers")
+    folder, _ = trained
+    spec = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+    spec["model"]["ignore_merges"] = True
+    spec["model"]["vocab"]["Ġzqxj"] = len(spec["model"]["vocab"])               # no merges lead to it
+    (tmp_path / "tokenizer.json").write_text(json.dumps(spec), encoding="utf-8")
+    mine = bpe.ByteLevelBPE.from_file(tmp_path / "tokenizer.json")
+    theirs = tokenizers.Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    texts = ["a zqxj b"] + [text for _, text in probe_strings(200, seed=4, special_tokens=SPECIAL)]
+    assert [mine.encode(t).ids for t in texts] == [e.ids for e in theirs.encode_batch(texts)]
+    assert mine.encode("a zqxj").tokens == ["a", "Ġzqxj"]
+
+
+def test_add_prefix_space_as_tokenizers(tmp_path):
+    theirs = train_with_tokenizers(corpus(2), 600, add_prefix_space=True)
+    theirs.save(str(tmp_path / "tokenizer.json"))
+    mine = bpe.ByteLevelBPE.from_file(tmp_path / "tokenizer.json")
+    texts = [text for _, text in probe_strings(300, seed=2, special_tokens=SPECIAL)] + ["", "x", " x"]
+    assert [mine.encode(t).ids for t in texts] == [e.ids for e in theirs.encode_batch(texts)]
+
+
+def test_decode_replaces_broken_utf8_as_tokenizers():
+    decoders = pytest.importorskip("tokenizers.decoders")
+    import random
+    rng = random.Random(0)
+    alphabet = bpe.ByteLevelBPE({c: b for b, c in bpe.BYTE_TO_CHAR.items()}, [])
+    euro = "€".encode()                                                   # e2 82 ac
+    assert alphabet.decode([euro[0], euro[1], ord("a")]) == "\ufffda"   # a cut-off character is one U+FFFD
+    for _ in range(2000):
+        data = bytes(rng.randrange(256) for _ in range(rng.randint(1, 8)))
+        assert alphabet.decode(list(data)) == decoders.ByteLevel().decode([bpe.BYTE_TO_CHAR[b] for b in data])
+    with pytest.raises(ValueError, match="token id 256 is not in the vocabulary"):
+        alphabet.decode([1, 256])
+
+
+def test_trainer_hand_worked():
+    """One piece 'abcd': three pairs seen once each; the tie goes to the smallest ids ('a' < 'b' < 'c' in the byte
+    characters' code-point order), then the new token 'ab' (id 256) comes after 'c', so ('c', 'd') wins the next tie.
+    'aaaa' holds ('a', 'a') three times (overlaps count) and merges into 'aa aa'."""
+    model = bpe.train(["abcd"], 256 + 3)
+    assert model.merges == [("a", "b"), ("c", "d"), ("ab", "cd")]
+    assert model.vocab["ab"] == 256 and model.vocab["abcd"] == 258
+    model = bpe.train(["aaaa", "abab"], 256 + 2)
+    assert model.merges == [("a", "a"), ("a", "b")] and model.bpe("aaaa") == ["aa", "aa"]
+    model = bpe.train(["x y"], 300, special_tokens=SPECIAL)
+    assert model.vocab["<|endoftext|>"] == 0 and model.vocab["!"] == 2 and len(model.vocab) == 2 + 256 + 1
+    # ('c', 'd') occurs once, below min_frequency; ('ab', 'ab') twice, once the two 'abab' have merged 'ab'
+    assert bpe.train(["abab", "abab", "cd"], 300, min_frequency=2).merges == [("a", "b"), ("ab", "ab")]
+
+
+@pytest.mark.parametrize("min_frequency", [0, 2])
+def test_trainer_learns_the_merges_tokenizers_learns(min_frequency):
+    texts = corpus()
+    theirs = json.loads(train_with_tokenizers(texts, 2500, min_frequency=min_frequency).to_str())
+    mine = bpe.train(texts, 2500, special_tokens=SPECIAL, min_frequency=min_frequency)
+    their_merges = [tuple(m.split(" ") if isinstance(m, str) else m) for m in theirs["model"]["merges"]]
+    assert len(their_merges) > 1500
+    assert mine.merges == their_merges
+    assert mine.vocab == theirs["model"]["vocab"]
+
+
+def test_tokenizer_python_backend(trained):
+    folder, _ = trained
+    python, reference = Tokenizer.from_pretrained(folder, backend="python"), Tokenizer.from_pretrained(folder)
+    text = "Attention is all you need<|endoftext|> — ça marche, 注意力! 👩🏽‍🔬"
+    assert python.encode(text) == reference.encode(text) and python.tokens(text) == reference.tokens(text)
+    assert python.decode(python.encode(text)) == reference.decode(reference.encode(text))
+    assert python.vocab_size == reference.vocab_size
+    with pytest.raises(ValueError, match="backend must be 'tokenizers' or 'python', not 'rust'"):
+        Tokenizer.from_pretrained(folder, backend="rust")
+
+
+def run_without(package, code, folder):
+    """code run in a fresh process where importing package fails, as where it is not installed."""
+    block = f"import sys; sys.modules[{package!r}] = None\n"
+    return subprocess.run([sys.executable, "-c", block + code, str(folder)], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(__file__))})
+
+
+def test_python_backend_needs_no_tokenizers_package(trained):
+    folder, theirs = trained
+    result = run_without("tokenizers", "import sys; from tinyattn.data import Tokenizer\n"
+                                       "print(Tokenizer.from_pretrained(sys.argv[1], backend='python').encode("
+                                       "'def f(x): return x'))", folder)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str(theirs.encode("def f(x): return x").ids)
+    result = run_without("regex", "import sys; from tinyattn.data import Tokenizer\n"
+                                  "Tokenizer.from_pretrained(sys.argv[1], backend='python')", folder)
+    assert "needs the regex package" in result.stderr and "pip install regex" in result.stderr
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda spec: spec.update(normalizer={"type": "NFC"}), "normalizer is {'type': 'NFC'}"),
+    (lambda spec: spec.update(pre_tokenizer={"type": "Whitespace"}), "pre_tokenizer.type is 'Whitespace'"),
+    (lambda spec: spec.update(post_processor={"type": "TemplateProcessing"}), "post_processor.type"),
+    (lambda spec: spec["model"].update(dropout=0.1), "model.dropout is 0.1"),
+    (lambda spec: spec["model"].update(type="WordPiece"), "model.type is 'WordPiece'"),
+    (lambda spec: spec["added_tokens"][0].update(lstrip=True), "'<|endoftext|>' sets lstrip"),
+    (lambda spec: spec["model"]["merges"].append(["Ġ", "zzzz"]), "'zzzz' is not in the vocabulary"),
+    (lambda spec: spec["model"]["merges"].append("a b c"), "merge 'a b c' is not a pair"),
+    (lambda spec: spec.pop("model"), "is not a tokenizer.json"),
+    (lambda spec: spec["model"]["vocab"].update(x="7"), "model.vocab must be an object of token -> integer id"),
+    (lambda spec: spec["added_tokens"][0].pop("id"), "needs a string 'content' and an integer 'id'"),
+    (lambda spec: spec.update(decoder="ByteLevel"), "decoder must be an object or null, not 'ByteLevel'"),
+])
+def test_unreadable_files_are_refused_by_name(trained, tmp_path, change, message):
+    folder, _ = trained
+    spec = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+    change(spec)
+    (tmp_path / "tokenizer.json").write_text(json.dumps(spec), encoding="utf-8")
+    with pytest.raises(PretrainedError, match=str(tmp_path).replace("\\", "\\\\")) as error:
+        Tokenizer.from_pretrained(tmp_path, backend="python")
+    assert message in str(error.value)
+    (tmp_path / "tokenizer.json").write_text("{not json", encoding="utf-8")
+    with pytest.raises(PretrainedError, match="cannot read .* as JSON"):
+        Tokenizer.from_pretrained(tmp_path, backend="python")
+
+
+def test_lesson_21_reads_a_tokenizer_folder(trained, tmp_path):
+    """Lesson 21's --weights branch: GPT-2's tokenizer in the real run, here a folder with the trained one."""
+    folder, _ = trained
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    result = subprocess.run([sys.executable, os.path.join(root, "lessons", "21_bpe_tokenizer.py"), "--quick",
+                             "--weights", str(folder)], cwd=root, capture_output=True, text=True, timeout=180,
+                            env={**os.environ, "TINYATTN_PLOTS": str(tmp_path)}, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = json.loads(result.stdout.rstrip().splitlines()[-1][len("RESULT "):])
+    assert metrics["gpt2_ids_match"] == 1.0 and f"{folder}, 1,500 tokens" in result.stdout
