@@ -4,9 +4,11 @@ forward (recording.py), ablate or patch chosen heads (interventions.py), score w
 engine knows nothing of it."""
 from .head_scores import duplicate_token_score, induction_score, previous_token_score
 from .interventions import ablate_heads, patch_heads
+from .lens import Decomposition, apply_final_ln, decompose_residual, direct_logit_attribution, logit_lens
 from .points import intervene, point_names, replace_at
 from .recording import Recording, record
 from .rollout import attention_rollout
 
-__all__ = ["Recording", "ablate_heads", "attention_rollout", "duplicate_token_score", "induction_score",
+__all__ = ["Decomposition", "Recording", "ablate_heads", "apply_final_ln", "decompose_residual",
+           "direct_logit_attribution", "logit_lens", "attention_rollout", "duplicate_token_score", "induction_score",
            "intervene", "patch_heads", "point_names", "previous_token_score", "record", "replace_at"]
