@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import tinyattn as ta
-from tinyattn import interpret, models
+from tinyattn import interpret, viz
 from test_interpret_points import by_hand, gpt, ids
 
 
@@ -77,3 +77,27 @@ def test_direct_logit_attribution_is_the_change_when_a_part_is_taken_out_under_a
             assert np.allclose(base - changed, dla[labels.index(f"L1H{h}")], atol=1e-10)
     single, _ = interpret.direct_logit_attribution(model, x, 4)               # one logit
     assert np.allclose(single.sum(0) + w_u[4] @ model.ln_f.bias.numpy(), model(x).numpy()[:, -1, 4], atol=1e-10)
+
+
+@pytest.mark.parametrize("over", ["heads", "positions"])
+def test_a_patching_sweep_is_the_metric_of_the_hand_written_forward_with_that_piece_from_the_clean_run(over):
+    model, clean, corrupted = gpt(), ids(seed=1), ids(seed=2)
+    metric = lambda logits: (logits[:, -1, 3] - logits[:, -1, 7]).mean()
+    effect = interpret.patching_sweep(model, clean, corrupted, metric, over=over)
+    _, points = by_hand(model, clean)
+    assert effect.shape == ((2, 4) if over == "heads" else (2, 9))
+    for layer in range(2):
+        for i in range(effect.shape[1]):
+            if over == "heads":
+                name = f"blocks.{layer}.attn.hook_z"
+                change = lambda z: np.concatenate([z[:, :, :i], points[name][:, :, i:i + 1], z[:, :, i + 1:]], 2)
+            else:
+                name = f"blocks.{layer}.hook_resid_pre"
+                change = lambda r: np.concatenate([r[:, :i], points[name][:, i:i + 1], r[:, i + 1:]], 1)
+            logits = by_hand(model, corrupted, {name: change})[0]
+            assert np.isclose(effect[layer, i], (logits[:, -1, 3] - logits[:, -1, 7]).mean(), atol=1e-10)
+    with pytest.raises(ValueError, match=r"one shape to patch between them, got \(2, 9\) and \(2, 7\)"):
+        interpret.patching_sweep(model, clean, ids(length=7), metric)
+    figure = viz.patching_map(effect, "head" if over == "heads" else "position", title="patching")
+    assert len(figure.axes) == 2                                   # the map and its colour bar
+    viz.plt.close(figure)

@@ -5,10 +5,11 @@ engine knows nothing of it."""
 from .head_scores import duplicate_token_score, induction_score, previous_token_score
 from .interventions import ablate_heads, patch_heads
 from .lens import Decomposition, apply_final_ln, decompose_residual, direct_logit_attribution, logit_lens
+from .patching import patching_sweep
 from .points import intervene, point_names, replace_at
 from .recording import Recording, record
 from .rollout import attention_rollout
 
 __all__ = ["Decomposition", "Recording", "ablate_heads", "apply_final_ln", "decompose_residual",
-           "direct_logit_attribution", "logit_lens", "attention_rollout", "duplicate_token_score", "induction_score",
+           "direct_logit_attribution", "logit_lens", "patching_sweep", "attention_rollout", "duplicate_token_score", "induction_score",
            "intervene", "patch_heads", "point_names", "previous_token_score", "record", "replace_at"]

@@ -135,6 +135,29 @@ def head_score_map(scores, title=None, label="score", ax=None):
     return fig or ax.figure
 
 
+def patching_map(effect, columns="head", tokens=None, title=None, label="metric", ax=None):
+    """An activation-patching sweep (interpret.patching_sweep) as a (layers x heads, or layers x positions) heat map,
+    on a diverging scale centred on 0 (a patch can raise or lower the metric); tokens label the positions."""
+    effect = numpy.asarray(effect)
+    if effect.ndim != 2:
+        raise ValueError(f"patching_map takes a (layers, heads or positions) array, got shape {effect.shape}")
+    layers, width = effect.shape
+    fig = None
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(min(0.5 * width + 2.4, 12), 0.6 * layers + 1.3))
+    bound = max(float(numpy.abs(effect).max()), 1e-12)
+    image = ax.imshow(effect, cmap="RdBu_r", vmin=-bound, vmax=bound, aspect="auto")
+    labels = _token_labels(tokens) if tokens is not None else [str(i) for i in range(width)]
+    ax.set_xticks(range(width), labels=labels, fontsize=TICK_SIZE, rotation=90 if tokens is not None else 0)
+    ax.set_yticks(range(layers), labels=[str(layer) for layer in range(layers)], fontsize=TICK_SIZE)
+    ax.set_xlabel(columns)
+    ax.set_ylabel("layer")
+    if title:
+        ax.set_title(title, fontsize=9)
+    _colorbar(image, ax, label)
+    return fig or ax.figure
+
+
 def patch_attention(image, weights, grid, ax=None, title=None, colorbar=True):
     """Attention over image patches laid on the image: weights (grid_h * grid_w,) upsampled to the image size. The
     colour bar gives this panel's scale of weights (from 0)."""
