@@ -19,5 +19,5 @@ from .graph import draw_graph
 __all__ = ["AttentionExplorer", "HTMLView", "TICK_SIZE", "attention_distance", "attention_grid",
            "attention_heatmap", "attention_heatmaps", "attention_html", "attention_text", "bars", "curves",
            "draw_graph", "explore_attention", "flash_animation", "flash_frame", "flash_player_html", "head_pattern",
-           "head_score_map", "patch_attention", "patch_attention_html", "patching_map", "plt", "position_encoding", "position_similarity",
-           "relative_bias", "save"]
+           "head_score_map", "patch_attention", "patch_attention_html", "patching_map", "plt", "position_encoding",
+           "position_similarity", "relative_bias", "save"]
