@@ -242,13 +242,20 @@ def attention_distance(distances, uniform=None, limits=None):
     return fig
 
 
-def curves(series, xlabel="step", ylabel="loss", title=None, logy=False, hlines=None):
+def curves(series, xlabel="step", ylabel="loss", title=None, logy=False, hlines=None, colors=None, secondary=None,
+           ylabel2=None):
     """Line plots of named series: {name: values} or {name: (xs, ys)}. hlines: {label: y} drawn as dashed
-    horizontal reference lines (a baseline to beat)."""
+    horizontal reference lines (a baseline to beat). colors: {name: colour} (so that one quantity keeps its colour
+    across figures). secondary: more series, on a second y axis on the right labelled ylabel2 (another unit)."""
     fig, ax = plt.subplots(figsize=(5, 3.2))
-    for name, values in series.items():
-        xs, ys = values if isinstance(values, tuple) else (numpy.arange(len(values)), values)
-        ax.plot(xs, ys, label=name, marker="o" if len(ys) < 20 else None)
+    colors = colors or {}
+
+    def draw(axis, named, style):
+        for name, values in named.items():
+            xs, ys = values if isinstance(values, tuple) else (numpy.arange(len(values)), values)
+            axis.plot(xs, ys, label=name, marker="o" if len(ys) < 20 else None, color=colors.get(name),
+                      linestyle=style)
+    draw(ax, series, "-")
     for i, (label, y) in enumerate((hlines or {}).items()):
         ax.axhline(y, color="gray", linestyle=("--", ":", "-.")[i % 3], label=label)
     ax.set_xlabel(xlabel)
@@ -258,7 +265,15 @@ def curves(series, xlabel="step", ylabel="loss", title=None, logy=False, hlines=
     ax.tick_params(labelsize=TICK_SIZE)
     if title:
         ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=TICK_SIZE)
+    handles, labels = ax.get_legend_handles_labels()
+    if secondary:
+        right = ax.twinx()
+        draw(right, secondary, "--")
+        right.set_ylabel(ylabel2 or "")
+        right.tick_params(labelsize=TICK_SIZE)
+        more = right.get_legend_handles_labels()
+        handles, labels = handles + more[0], labels + more[1]
+    ax.legend(handles, labels, fontsize=TICK_SIZE)
     ax.grid(alpha=0.3)
     return fig
 
