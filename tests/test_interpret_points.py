@@ -158,3 +158,17 @@ def test_a_vit_has_the_residual_points_and_they_add_up():
     bias = model.blocks[1].attn.out_proj.bias.numpy()
     assert np.allclose(c["blocks.1.attn.hook_result"].sum(2) + bias, cache["blocks.1.attn"].numpy(), atol=1e-12)
     assert c["norm.hook_scale"].shape == (2, 5, 1)
+
+
+def test_a_row_with_every_key_masked_gives_zero_weights_in_the_open_as_on_the_fused_paths():
+    ta.manual_seed(0)
+    attention = nn.MultiHeadAttention(8, 2).double()
+    x = ta.randn(2, 4, 8).double().requires_grad_()
+    padding = ta.tensor(np.array([[False, False, True, False], [True, True, True, True]]))   # sequence 1: all padding
+    fused = attention(x, key_padding_mask=padding)
+    with interpret.record(attention, ["hook_pattern"], keep_graph=True) as cache:
+        opened = attention(x, key_padding_mask=padding)
+    assert np.allclose(opened.numpy(), fused.numpy(), atol=1e-12) and not np.isnan(opened.numpy()).any()
+    assert np.array_equal(cache["hook_pattern"].numpy()[1], np.zeros((2, 4, 4)))
+    opened.sum().backward()
+    assert not np.isnan(x.grad.numpy()).any()

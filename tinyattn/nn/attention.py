@@ -210,7 +210,11 @@ class MultiHeadAttention(Module):
             mask = Tensor(F.causal_mask(q.shape[-2], k.shape[-2], backend.xp_of(q.array)))
         if mask is not None:
             scores = ops.masked_fill(scores, ~mask.array, float("-inf")) if mask.dtype == bool else scores + mask
-        pattern = self.hook_pattern(F.softmax(self.hook_attn_scores(scores), dim=-1))
+        scores = self.hook_attn_scores(scores)
+        # a row with every key masked gives weights 0 (as the fused paths), not the NaN of a softmax over -inf alone
+        dead = backend.xp_of(scores.array).isneginf(scores.array).all(axis=-1, keepdims=True)
+        pattern = ops.masked_fill(F.softmax(ops.masked_fill(scores, dead, 0.0), dim=-1), dead, 0.0)
+        pattern = self.hook_pattern(pattern)
         out = F.dropout(pattern, self.dropout, self.training) @ v
         return out, pattern
 
