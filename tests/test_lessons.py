@@ -36,7 +36,8 @@ EXPECTED_KEYS = {
     "19": {"complexity_params_match", "complexity_flops_match", "saved_bytes_naive", "saved_bytes_flash"},
     "20": {"induction_score_max", "prev_token_score_max", "prev_token_score_layer0_sum", "in_context_gain_nats",
            "ablation_gain_removed", "induction_heads_ablation_gain_removed", "second_copy_loss",
-           "one_layer_second_copy_loss"},
+           "one_layer_second_copy_loss", "k_composition_max", "k_composition_partner_is_prev_token",
+           "copying_score_induction", "copying_score_others_max", "residual_decomposition_error", "dla_top_head"},
     "21": {"bpe_ids_match", "bpe_roundtrip", "bytes_per_token"},
 }
 

@@ -198,3 +198,13 @@ def test_save_writes_the_file_says_where_and_frees_the_figure(tmp_path, capsys, 
     assert (tmp_path / "runs" / "curve.png").stat().st_size > 1000
     assert "figure: " in capsys.readouterr().out and path.endswith("curve.png")
     assert fig.number not in viz.plt.get_fignums()
+
+
+def test_curves_keep_the_colours_asked_for_and_draw_a_second_axis():
+    fig = viz.curves({"first copy": [3.0, 2.0]}, colors={"first copy": "C3", "score": "C5"},
+                     secondary={"score": [0.1, 0.9]}, ylabel2="score")
+    left, right = fig.axes
+    assert left.lines[0].get_color() == "C3" and right.lines[0].get_color() == "C5"
+    assert right.get_ylabel() == "score" and list(right.lines[0].get_ydata()) == [0.1, 0.9]
+    assert [t.get_text() for t in left.get_legend().get_texts()] == ["first copy", "score"]
+    viz.plt.close(fig)

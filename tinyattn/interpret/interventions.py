@@ -7,20 +7,17 @@ patching (a head's output taken from another run).
         logits = model(ids)
 
 A head's contribution to the residual stream is out_proj applied to its slice of out_proj's input (out_proj is
-linear, so the heads' contributions add up, plus the bias). Both contexts replace that slice, with a forward
-pre-hook on out_proj, so they change that head's contribution and nothing else.
+linear, so the heads' contributions add up, plus the bias). Both contexts replace that slice, the head's z, at the
+attention module's point hook_z (with points.intervene), so they change that head's contribution and nothing else.
 """
-import contextlib
-
-from .. import backend, nn
-from ..tensor import Tensor
-from .recording import ATTENTION, merge_heads, split_heads, submodules
+from .points import intervene, replace_at, resolve
+from .recording import ATTENTION
 
 
 def _chosen(model, heads_by_name):
     """[(name, attention module, sorted head indices)] for {name: heads (a list of indices, or one)}, checked."""
     chosen = []
-    for name, module in submodules(model, list(heads_by_name)).items():
+    for name, module in resolve(model, list(heads_by_name)).items():
         if not isinstance(module, ATTENTION):
             raise TypeError(f"{name!r} is a {type(module).__name__}, which has no heads tools can change; they "
                             "change the heads of tinyattn's nn.MultiHeadAttention and of PyTorch's "
@@ -42,30 +39,13 @@ def _recorded_heads(cache, name, argument):
     return cache.heads[name]
 
 
-@contextlib.contextmanager
 def _replacing(model, heads_by_name, replacement):
-    """In the block, each chosen head's slice h of out_proj's input becomes replacement(name, heads)[..., h, :],
-    heads being that input as (B, L, H, head_dim); the other heads pass unchanged."""
-    handles = []
-
-    def hook_for(name, attention, chosen):
-        def hook(module, args):
-            heads = split_heads(args[0], attention)
-            xp = backend.xp_of(heads.array)
-            keep = xp.ones((attention.num_heads, 1), dtype=heads.dtype)
-            keep[chosen] = 0
-            keep = Tensor(keep)
-            changed = heads * keep + replacement(name, heads) * (1.0 - keep)
-            return (merge_heads(changed, attention),) + tuple(args[1:])
-        return hook
-
-    try:
-        for name, attention, chosen in _chosen(model, heads_by_name):
-            handles.append(attention.out_proj.register_forward_pre_hook(hook_for(name, attention, chosen)))
-        yield model
-    finally:
-        for handle in handles:
-            handle.remove()
+    """A context in which each chosen head h of z (B, L, H, head_dim) at an attention's hook_z becomes
+    replacement(name, z)[..., h, :]; the other heads pass unchanged."""
+    def function_for(name, chosen):
+        return lambda z: replace_at(z, replacement(name, z), 2, chosen)
+    return intervene(model, {f"{name}.hook_z": function_for(name, chosen)
+                             for name, _, chosen in _chosen(model, heads_by_name)})
 
 
 def ablate_heads(model, heads_by_name, how="zero", mean_from=None):

@@ -6,19 +6,24 @@
     cache.attention["blocks.1.attn"]      # (B, H, L, S) weights of an attention module
     cache.heads["blocks.1.attn"]          # (B, L, H, head_dim): each head's output, before out_proj mixes them
 
+    with record(model, ["blocks.0.attn.hook_pattern", "blocks.1.hook_resid_mid"]) as cache:   # activation points
+        logits = model(ids)                                                                  # (points.py lists them)
+
 The attention modules it sees inside: nn.MultiHeadAttention and PyTorch's nn.MultiheadAttention (ported code uses
 it). Another module that attends (Swin's window attention, additive attention) has its output recorded but not its
 weights or heads, and record warns, naming it.
 
 Built on forward hooks: they go on when the block starts and come off when it ends, also when it ends in an error.
+keep_graph=True keeps the recorded values in the model's graph (each retains its gradient): after a backward from a
+metric, cache[name].grad is the metric's gradient at that point (attribution patching).
 """
 import contextlib
-import difflib
 import warnings
 from collections.abc import Mapping
 
 from .. import nn
 from ..tensor import Tensor
+from .points import resolve
 
 
 class Recording(Mapping):
@@ -53,46 +58,17 @@ def _some(names, limit=12):
         if names else "nothing (did the block run the model?)"
 
 
-def _detached(output):
+def _kept(output, keep_graph):
     if isinstance(output, Tensor):
-        return output.detach()
+        return output.retain_grad() if keep_graph else output.detach()
     if isinstance(output, (tuple, list)):
-        return type(output)(_detached(x) for x in output)
+        return type(output)(_kept(x, keep_graph) for x in output)
     return output
 
 
-def submodules(model, names):
-    """{name: module} of model for each of names (any name a module is reachable under); a name that is not one
-    raises, naming the nearest ones."""
-    modules = dict(model.named_modules(remove_duplicate=False))
-    for name in names:
-        if name not in modules:
-            near = difflib.get_close_matches(name, [n for n in modules if n], n=5, cutoff=0.5)
-            raise KeyError(f"{type(model).__name__} has no submodule {name!r}"
-                           + (f"; the nearest names: {', '.join(map(repr, near))}" if near else ""))
-    return {name: modules[name] for name in names}
-
-
 # the attention modules whose weights and heads tools can see: each keeps its weights in last_weights when its
-# keep_weights is set, and its heads' outputs side by side in the input of its out_proj
+# keep_weights is set, and passes its heads' outputs (B, L, H, head_dim) through its point hook_z
 ATTENTION = (nn.MultiHeadAttention, nn.MultiheadAttention)
-
-
-def split_heads(x, attention):
-    """The input of an attention module's out_proj as (B, L, H, head_dim): nn.MultiHeadAttention's is (B, L,
-    d_model); nn.MultiheadAttention's is (L, B, embed_dim), since it runs sequence first inside, as PyTorch's."""
-    if isinstance(attention, nn.MultiheadAttention):
-        length, b, _ = x.shape
-        return x.reshape(length, b, attention.num_heads, attention.head_dim).transpose(0, 1)
-    b, length, _ = x.shape
-    return x.reshape(b, length, attention.num_heads, attention.head_dim)
-
-
-def merge_heads(heads, attention):
-    """split_heads undone: (B, L, H, head_dim) back to the layout of the module's out_proj input."""
-    if isinstance(attention, nn.MultiheadAttention):
-        heads = heads.transpose(0, 1)
-    return heads.reshape(heads.shape[0], heads.shape[1], heads.shape[2] * heads.shape[3])
 
 
 def unseen_attention(modules):
@@ -103,15 +79,16 @@ def unseen_attention(modules):
 
 
 @contextlib.contextmanager
-def record(model, names=None):
+def record(model, names=None, keep_graph=False):
     """Record one or more forwards of model inside the block: every module's output, and every attention module's
     weights and per-head outputs (see Recording); names: only these modules (their dotted names, as named_modules()
-    gives them). The attention modules keep their weights for the block's length even where the model does not ask
-    for them; afterwards the hooks are gone and keep_weights is as it was. Warns naming the modules that attend in a
-    way it cannot see inside (their outputs are recorded, their weights and heads not)."""
+    gives them) or activation points (points.py). The attention modules keep their weights for the block's length
+    even where the model does not ask for them; afterwards the hooks are gone and keep_weights is as it was. Warns
+    naming the modules that attend in a way it cannot see inside (their outputs are recorded, their weights and heads
+    not). keep_graph=True: the values stay in the graph and keep their gradients (see the module docstring)."""
     if isinstance(names, str):
         names = [names]
-    modules = dict(model.named_modules()) if names is None else submodules(model, names)
+    modules = dict(model.named_modules()) if names is None else resolve(model, names)
     unseen = unseen_attention(modules)
     if unseen:
         warnings.warn(f"record sees the weights and heads of {', '.join(c.__name__ for c in ATTENTION)} only; "
@@ -123,14 +100,14 @@ def record(model, names=None):
 
     def keep_output(name):
         def hook(module, args, output):
-            cache.outputs[name] = _detached(output)
+            cache.outputs[name] = _kept(output, keep_graph)
             if isinstance(module, ATTENTION):
                 cache.attention[name] = module.last_weights.detach()
         return hook
 
-    def keep_heads(name, attention):
-        def hook(module, args):
-            cache.heads[name] = split_heads(args[0].detach(), attention)
+    def keep_heads(name):
+        def hook(module, args, z):
+            cache.heads[name] = _kept(z, keep_graph)
         return hook
 
     try:
@@ -139,7 +116,7 @@ def record(model, names=None):
             if isinstance(module, ATTENTION):
                 switched.append((module, module.keep_weights))
                 module.keep_weights = True
-                handles.append(module.out_proj.register_forward_pre_hook(keep_heads(name, module)))
+                handles.append(module.hook_z.register_forward_hook(keep_heads(name)))
         yield cache
     finally:
         for handle in handles:

@@ -67,13 +67,17 @@ class Block(nn.Module):
         else:
             raise ValueError(f"mlp must be 'gelu', 'swiglu', 'moe' or 'none', got {config.mlp!r}")
         self.dropout, self.prenorm = config.dropout, config.prenorm
+        nn.add_points(self, *nn.RESIDUAL_POINTS)
 
     def forward(self, x, cache=None, need_weights=False):
-        x = nn.residual(x, lambda h: self.attn(h, is_causal=True, cache=cache, need_weights=need_weights),
+        x = self.hook_resid_pre(x)
+        x = nn.residual(x, lambda h: self.hook_attn_out(self.attn(h, is_causal=True, cache=cache,
+                                                                  need_weights=need_weights)),
                         self.ln1, self.prenorm, self.dropout, self.training)
-        if self.mlp is None:
-            return x
-        return nn.residual(x, self.mlp, self.ln2, self.prenorm)          # the MLP applies its own dropout
+        x = self.hook_resid_mid(x)
+        if self.mlp is not None:                                           # the MLP applies its own dropout
+            x = nn.residual(x, lambda h: self.hook_mlp_out(self.mlp(h)), self.ln2, self.prenorm)
+        return self.hook_resid_post(x)
 
 
 class GPT(nn.Module):
@@ -98,6 +102,7 @@ class GPT(nn.Module):
         self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         if config.tie_weights:
             self.head.weight = self.tok_emb.weight
+        nn.add_points(self, "embed")                    # the token embeddings, before positions are added
 
     def forward(self, ids, targets=None, caches=None, return_attention=False):
         """ids (B, T) -> logits (B, T, vocab); with targets, also the mean cross-entropy. caches: one KVCache per
@@ -107,7 +112,7 @@ class GPT(nn.Module):
         offset = len(caches[0]) if caches else 0
         if offset + ids.shape[1] > self.config.block_size:
             raise ValueError(f"{offset + ids.shape[1]} positions exceed block_size {self.config.block_size}")
-        x = self.tok_emb(ids)
+        x = self.hook_embed(self.tok_emb(ids))
         if self.config.position in ("learned", "sinusoidal"):
             x = self.pos_emb(x, offset)
         x = F.dropout(x, self.config.dropout, self.training)

@@ -53,11 +53,14 @@ class EncoderBlock(nn.Module):
         self.norm1, self.norm2 = nn.LayerNorm(d_model, eps=eps), nn.LayerNorm(d_model, eps=eps)
         self.attn = nn.MultiHeadAttention(d_model, num_heads, dropout=dropout if impl != "flash" else 0.0, impl=impl)
         self.mlp = nn.MLP(d_model, mlp_ratio * d_model, dropout=dropout)
+        nn.add_points(self, *nn.RESIDUAL_POINTS)
 
     def forward(self, x, need_weights=False, attn_bias=None):
         """attn_bias: a float (H, T, T) tensor added to the attention scores (relative positions), or None."""
-        x = x + self.attn(self.norm1(x), attn_mask=attn_bias, need_weights=need_weights)
-        return x + self.mlp(self.norm2(x))
+        x = self.hook_resid_pre(x)
+        x = self.hook_resid_mid(x + self.hook_attn_out(self.attn(self.norm1(x), attn_mask=attn_bias,
+                                                                 need_weights=need_weights)))
+        return self.hook_resid_post(x + self.hook_mlp_out(self.mlp(self.norm2(x))))
 
 
 class PatchRelativeBias(nn.Module):

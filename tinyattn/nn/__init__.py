@@ -4,6 +4,7 @@ import sys
 from .. import functional
 from . import init
 from .einops_layers import Rearrange, Reduce
+from .hook_point import RESIDUAL_POINTS, HookPoint, add_points
 from .lazy import LazyConv2d, LazyLinear
 from .layers import (GELU, MLP, Conv2d, Dropout, Embedding, Flatten, Identity, LayerNorm, Linear, LogSoftmax, MoE,
                      PatchEmbed, ReLU, RMSNorm, Sigmoid, SiLU, Softmax, SwiGLU, Tanh, residual)

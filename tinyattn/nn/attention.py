@@ -9,11 +9,13 @@ Mask conventions, in one place:
   PyTorch's top-left is_causal.
 """
 import contextlib
+import math
 
 from .. import backend, ops
 from .. import functional as F
 from ..creation import zeros
 from ..tensor import Tensor, as_array
+from .hook_point import add_points
 from .layers import Linear, _parameter
 from .module import Module, Parameter
 from . import init
@@ -103,6 +105,14 @@ class MultiHeadAttention(Module):
     impl="reference" runs the reference twin of F.scaled_dot_product_attention. With need_weights=True the module
     keeps the last (B, H, L, S) weights in .last_weights, for plots; keep_weights=True (an attribute) keeps them on
     every forward, asked for or not (for tools that look inside models which do not pass need_weights down).
+
+    Activation points (nn.HookPoint, for tinyattn.interpret): hook_q, hook_k, hook_v (B, heads, T, head_dim), after
+    the rotary embedding, k and v before a KV cache joins them; hook_attn_scores (B, H, L, S), scaled and masked
+    (-inf), before the softmax; hook_pattern (B, H, L, S), the softmax weights; hook_z (B, L, H, head_dim), each
+    head's output before out_proj; hook_result (B, L, H, d_model), each head's output through its slice of out_proj
+    (the heads' results plus out_proj's bias sum to the module's output). While the scores or the pattern are hooked
+    the module forms them in the open (any impl, flash too), so what a hook changes is what the heads read; the
+    results are formed only while hooked.
     """
 
     def __init__(self, d_model, num_heads, num_kv_heads=None, bias=True, dropout=0.0, impl="naive", cross=False,
@@ -128,6 +138,7 @@ class MultiHeadAttention(Module):
         self.rotary = rotary
         self.last_weights = None
         self.keep_weights = False
+        add_points(self, "q", "k", "v", "attn_scores", "pattern", "z", "result")
 
     def _heads(self, x, heads):
         b, t, _ = x.shape
@@ -154,6 +165,7 @@ class MultiHeadAttention(Module):
         offset = len(cache) if cache is not None else 0
         if self.rotary is not None:
             q, k = self.rotary(q, offset), self.rotary(k, offset)
+        q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
         if cache is not None:
             k, v = cache.append(k, v)
         key_len = k.shape[-2]
@@ -164,7 +176,9 @@ class MultiHeadAttention(Module):
         mask = combine_masks(b, length, key_len, folded and length > 1, key_padding_mask, attn_mask, xp)
         is_causal = is_causal and not folded
         gqa, keep, weights = self.num_kv_heads != self.num_heads, need_weights or self.keep_weights, None
-        if self.impl == "flash":
+        if self.hook_attn_scores.hooked or self.hook_pattern.hooked:
+            out, weights = self._attention_in_the_open(q, k, v, mask, is_causal)
+        elif self.impl == "flash":
             out = F.flash_attention(q, k, v, attn_mask=mask, is_causal=is_causal, enable_gqa=gqa)
         else:
             with F.reference() if self.impl == "reference" else contextlib.nullcontext(), \
@@ -175,9 +189,34 @@ class MultiHeadAttention(Module):
         if keep:
             # Flash attention never forms the weights (that is its point), nor does a Function of one's own (F.use)
             # keep them: then a pass of their own computes them.
-            self.last_weights = weights if weights is not None else F.attention_weights(
+            self.last_weights = weights.detach() if weights is not None else F.attention_weights(
                 q, k, attn_mask=mask, is_causal=is_causal, enable_gqa=gqa)
-        return self.out_proj(out.transpose(1, 2).reshape(b, length, self.d_model))
+        z = self.hook_z(out.transpose(1, 2))                                  # (B, L, H, head_dim)
+        if not self.hook_result.hooked:
+            return self.out_proj(z.reshape(b, length, self.d_model))
+        # out_proj is linear: head h's share is its z through out_proj's columns for head h (bias added once)
+        w = self.out_proj.weight.reshape(self.d_model, self.num_heads, self.head_dim).permute(1, 2, 0)
+        result = self.hook_result((z.unsqueeze(-2) @ w).squeeze(-2))          # (B, L, H, d_model)
+        out = result.sum(dim=2)
+        return out if self.out_proj.bias is None else out + self.out_proj.bias
+
+    def _attention_in_the_open(self, q, k, v, mask, is_causal):
+        """Scaled dot-product attention written out through hook_attn_scores and hook_pattern: (out, pattern)."""
+        groups = self.num_heads // self.num_kv_heads
+        if groups > 1:
+            k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim))
+        if is_causal:
+            mask = Tensor(F.causal_mask(q.shape[-2], k.shape[-2], backend.xp_of(q.array)))
+        if mask is not None:
+            scores = ops.masked_fill(scores, ~mask.array, float("-inf")) if mask.dtype == bool else scores + mask
+        scores = self.hook_attn_scores(scores)
+        # a row with every key masked gives weights 0 (as the fused paths), not the NaN of a softmax over -inf alone
+        dead = backend.xp_of(scores.array).isneginf(scores.array).all(axis=-1, keepdims=True)
+        pattern = ops.masked_fill(F.softmax(ops.masked_fill(scores, dead, 0.0), dim=-1), dead, 0.0)
+        pattern = self.hook_pattern(pattern)
+        out = F.dropout(pattern, self.dropout, self.training) @ v
+        return out, pattern
 
     def kv_cache_bytes_per_token(self, dtype_bytes=4):
         """Bytes a KV cache holds per token for this layer: keys and values for num_kv_heads heads."""

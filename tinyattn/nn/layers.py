@@ -3,6 +3,7 @@ from .. import backend, ops
 from .. import functional as F
 from ..creation import empty_parameter_data
 from ..tensor import Tensor
+from .hook_point import add_points
 from .module import Module, ModuleList, Parameter
 from . import init
 
@@ -56,8 +57,19 @@ class LayerNorm(Module):
         self.weight = init.ones_(_parameter(*self.normalized_shape)) if elementwise_affine else None
         self.bias = init.zeros_(_parameter(*self.normalized_shape)) if elementwise_affine and bias else None
 
+        add_points(self, "scale")
+
     def forward(self, x):
-        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+        if not self.hook_scale.hooked:
+            return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+        # written out, so that hook_scale (..., 1), sqrt(variance + eps), can be read or replaced (a frozen scale
+        # makes the norm linear: what direct logit attribution assumes)
+        dims = tuple(range(-len(self.normalized_shape), 0))
+        centred = x - x.mean(dim=dims, keepdim=True)
+        scale = self.hook_scale(((centred * centred).mean(dim=dims, keepdim=True) + self.eps).sqrt())
+        out = centred / scale
+        out = out if self.weight is None else out * self.weight
+        return out if self.bias is None else out + self.bias
 
     def extra_repr(self):
         return f"{self.normalized_shape}, eps={self.eps}"
@@ -173,9 +185,10 @@ class MLP(Module):
         self.act = activation if activation is not None else GELU()
         self.fc2 = Linear(hidden, d_model, bias)
         self.dropout = Dropout(dropout)
+        add_points(self, "pre", "post")                 # the hidden layer before and after the activation
 
     def forward(self, x):
-        return self.dropout(self.fc2(self.act(self.fc1(x))))
+        return self.dropout(self.fc2(self.hook_post(self.act(self.hook_pre(self.fc1(x))))))
 
 
 class SwiGLU(Module):

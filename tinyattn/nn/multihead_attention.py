@@ -6,13 +6,15 @@ PyTorch's conventions here differ from F.scaled_dot_product_attention's: a boole
 attention is NOT allowed, key_padding_mask is True at padding, inputs are (L, N, E) unless batch_first, and the
 forward returns (output, weights) with the weights averaged over heads unless average_attn_weights=False.
 keep_weights=True (an attribute, as nn.MultiHeadAttention's) keeps each forward's (N, H, L, S) weights, before
-dropout, in .last_weights, asked for or not: tinyattn.interpret records them.
+dropout, in .last_weights, asked for or not: tinyattn.interpret records them. Its activation points are
+nn.MultiHeadAttention's (hook_q, hook_k, hook_v, hook_attn_scores, hook_pattern, hook_z) but hook_result.
 """
 import math
 
 from .. import functional as F
 from ..tensor import Tensor, as_array
 from . import init
+from .hook_point import add_points
 from .layers import Linear, _parameter
 from .module import Module
 
@@ -39,6 +41,7 @@ class MultiheadAttention(Module):
         if bias:
             init.zeros_(self.out_proj.bias)
         self.last_weights, self.keep_weights = None, False
+        add_points(self, "q", "k", "v", "attn_scores", "pattern", "z")
 
     def _projections(self, query, key, value):
         e = self.embed_dim
@@ -60,13 +63,15 @@ class MultiheadAttention(Module):
             query, key, value = (x.transpose(0, 1) for x in (query, key, value))
         length, batch, _ = query.shape
         q, k, v = (self._heads(x, batch) for x in self._projections(query, key, value))   # (N, H, L or S, E/H)
+        q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
         scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim)) + self._bias(
             attn_mask, key_padding_mask, batch, length, k.shape[2], q)
-        probabilities = F.softmax(scores, dim=-1)
+        probabilities = self.hook_pattern(F.softmax(self.hook_attn_scores(scores), dim=-1))
         if self.keep_weights:
             self.last_weights = probabilities.detach()
         weights = F.dropout(probabilities, self.dropout, self.training)
-        out = (weights @ v).permute(2, 0, 1, 3).reshape(length, batch, self.embed_dim)
+        z = self.hook_z((weights @ v).transpose(1, 2))                          # (N, L, H, E/H)
+        out = z.transpose(0, 1).reshape(length, batch, self.embed_dim)
         out = self.out_proj(out)
         if self.batch_first and not unbatched:
             out = out.transpose(0, 1)

@@ -11,13 +11,13 @@ from .attention_html import HTMLView, attention_html, attention_text, patch_atte
 from .display import save
 from .explorer import AttentionExplorer, explore_attention
 from .figures import (TICK_SIZE, attention_distance, attention_grid, attention_heatmap, attention_heatmaps, bars,
-                      curves, head_pattern, head_score_map, patch_attention, position_encoding, position_similarity,
-                      relative_bias)
+                      curves, head_pattern, head_score_map, patch_attention, patching_map, position_encoding,
+                      position_similarity, relative_bias)
 from .flash import flash_animation, flash_frame, flash_player_html
 from .graph import draw_graph
 
 __all__ = ["AttentionExplorer", "HTMLView", "TICK_SIZE", "attention_distance", "attention_grid",
            "attention_heatmap", "attention_heatmaps", "attention_html", "attention_text", "bars", "curves",
-           "draw_graph", "explore_attention", "flash_animation", "flash_frame", "flash_player_html", "head_pattern", "head_score_map",
-           "patch_attention", "patch_attention_html", "plt", "position_encoding", "position_similarity",
-           "relative_bias", "save"]
+           "draw_graph", "explore_attention", "flash_animation", "flash_frame", "flash_player_html", "head_pattern",
+           "head_score_map", "patch_attention", "patch_attention_html", "patching_map", "plt", "position_encoding",
+           "position_similarity", "relative_bias", "save"]

@@ -135,6 +135,29 @@ def head_score_map(scores, title=None, label="score", ax=None):
     return fig or ax.figure
 
 
+def patching_map(effect, columns="head", tokens=None, title=None, label="metric", ax=None):
+    """An activation-patching sweep (interpret.patching_sweep) as a (layers x heads, or layers x positions) heat map,
+    on a diverging scale centred on 0 (a patch can raise or lower the metric); tokens label the positions."""
+    effect = numpy.asarray(effect)
+    if effect.ndim != 2:
+        raise ValueError(f"patching_map takes a (layers, heads or positions) array, got shape {effect.shape}")
+    layers, width = effect.shape
+    fig = None
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(min(0.5 * width + 2.4, 12), 0.6 * layers + 1.3))
+    bound = max(float(numpy.abs(effect).max()), 1e-12)
+    image = ax.imshow(effect, cmap="RdBu_r", vmin=-bound, vmax=bound, aspect="auto")
+    labels = _token_labels(tokens) if tokens is not None else [str(i) for i in range(width)]
+    ax.set_xticks(range(width), labels=labels, fontsize=TICK_SIZE, rotation=90 if tokens is not None else 0)
+    ax.set_yticks(range(layers), labels=[str(layer) for layer in range(layers)], fontsize=TICK_SIZE)
+    ax.set_xlabel(columns)
+    ax.set_ylabel("layer")
+    if title:
+        ax.set_title(title, fontsize=9)
+    _colorbar(image, ax, label)
+    return fig or ax.figure
+
+
 def patch_attention(image, weights, grid, ax=None, title=None, colorbar=True):
     """Attention over image patches laid on the image: weights (grid_h * grid_w,) upsampled to the image size. The
     colour bar gives this panel's scale of weights (from 0)."""
@@ -219,13 +242,20 @@ def attention_distance(distances, uniform=None, limits=None):
     return fig
 
 
-def curves(series, xlabel="step", ylabel="loss", title=None, logy=False, hlines=None):
+def curves(series, xlabel="step", ylabel="loss", title=None, logy=False, hlines=None, colors=None, secondary=None,
+           ylabel2=None):
     """Line plots of named series: {name: values} or {name: (xs, ys)}. hlines: {label: y} drawn as dashed
-    horizontal reference lines (a baseline to beat)."""
+    horizontal reference lines (a baseline to beat). colors: {name: colour} (so that one quantity keeps its colour
+    across figures). secondary: more series, on a second y axis on the right labelled ylabel2 (another unit)."""
     fig, ax = plt.subplots(figsize=(5, 3.2))
-    for name, values in series.items():
-        xs, ys = values if isinstance(values, tuple) else (numpy.arange(len(values)), values)
-        ax.plot(xs, ys, label=name, marker="o" if len(ys) < 20 else None)
+    colors = colors or {}
+
+    def draw(axis, named, style):
+        for name, values in named.items():
+            xs, ys = values if isinstance(values, tuple) else (numpy.arange(len(values)), values)
+            axis.plot(xs, ys, label=name, marker="o" if len(ys) < 20 else None, color=colors.get(name),
+                      linestyle=style)
+    draw(ax, series, "-")
     for i, (label, y) in enumerate((hlines or {}).items()):
         ax.axhline(y, color="gray", linestyle=("--", ":", "-.")[i % 3], label=label)
     ax.set_xlabel(xlabel)
@@ -235,7 +265,15 @@ def curves(series, xlabel="step", ylabel="loss", title=None, logy=False, hlines=
     ax.tick_params(labelsize=TICK_SIZE)
     if title:
         ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=TICK_SIZE)
+    handles, labels = ax.get_legend_handles_labels()
+    if secondary:
+        right = ax.twinx()
+        draw(right, secondary, "--")
+        right.set_ylabel(ylabel2 or "")
+        right.tick_params(labelsize=TICK_SIZE)
+        more = right.get_legend_handles_labels()
+        handles, labels = handles + more[0], labels + more[1]
+    ax.legend(handles, labels, fontsize=TICK_SIZE)
     ax.grid(alpha=0.3)
     return fig
 

@@ -1,0 +1,174 @@
+"""Activation points: not children (state_dict unchanged), each recorded value is what a GPT written out by hand in
+NumPy computes there (on every attention path), an intervention at a point changes what the hand-written forward
+says it changes, and gradients kept at a point match finite differences."""
+import math
+
+import numpy as np
+import pytest
+
+import tinyattn as ta
+from tinyattn import interpret, models, nn
+
+ERF = np.vectorize(math.erf)
+
+
+def gpt(**changes):
+    ta.manual_seed(0)
+    config = {**dict(vocab_size=11, block_size=16, n_layer=2, num_heads=4, d_model=16), **changes}
+    return models.GPT(models.GPTConfig(**config)).double().eval()
+
+
+def ids(batch=2, length=9, seed=0):
+    return ta.tensor(np.random.default_rng(seed).integers(0, 11, (batch, length)))
+
+
+def by_hand(model, tokens, change=None):
+    """The logits of a pre-norm GPT (learned positions, GELU MLP) in NumPy, and {point: value} at every point;
+    change {point: f(value) -> value} replaces a value where the forward passes it."""
+    change = change or {}
+    p = {name: w.numpy() for name, w in model.named_parameters()}
+    points = {}
+
+    def at(name, value):
+        value = change[name](value.copy()) if name in change else value
+        points[name] = value
+        return value
+
+    def layer_norm(x, prefix):
+        centred = x - x.mean(-1, keepdims=True)
+        scale = at(f"{prefix}.hook_scale", np.sqrt((centred ** 2).mean(-1, keepdims=True) + 1e-5))
+        return centred / scale * p[f"{prefix}.weight"] + p[f"{prefix}.bias"]
+
+    tokens = tokens.numpy()
+    b, t = tokens.shape
+    h = model.config.num_heads
+    x = at("hook_embed", p["tok_emb.weight"][tokens]) + p["pos_emb.weight"][:t]
+    for layer in range(model.config.n_layer):
+        a = f"blocks.{layer}"
+        x = at(f"{a}.hook_resid_pre", x)
+        qkv = layer_norm(x, f"{a}.ln1") @ p[f"{a}.attn.qkv.weight"].T + p[f"{a}.attn.qkv.bias"]
+        q, k, v = (part.reshape(b, t, h, -1).transpose(0, 2, 1, 3) for part in np.split(qkv, 3, axis=-1))
+        q, k, v = (at(f"{a}.attn.hook_{n}", m) for n, m in (("q", q), ("k", k), ("v", v)))
+        scores = np.where(np.tri(t, dtype=bool), q @ k.transpose(0, 1, 3, 2) / np.sqrt(q.shape[-1]), -np.inf)
+        scores = at(f"{a}.attn.hook_attn_scores", scores)
+        pattern = np.exp(scores - scores.max(-1, keepdims=True))
+        pattern = at(f"{a}.attn.hook_pattern", pattern / pattern.sum(-1, keepdims=True))
+        z = at(f"{a}.attn.hook_z", (pattern @ v).transpose(0, 2, 1, 3))                   # (B, T, H, dh)
+        w_o = p[f"{a}.attn.out_proj.weight"]                                               # (D, D) = (out, in)
+        result = np.stack([z[:, :, i] @ w_o[:, i * z.shape[-1]:(i + 1) * z.shape[-1]].T for i in range(h)], 2)
+        result = at(f"{a}.attn.hook_result", result)
+        x = at(f"{a}.hook_resid_mid", x + at(f"{a}.hook_attn_out", result.sum(2) + p[f"{a}.attn.out_proj.bias"]))
+        pre = at(f"{a}.mlp.hook_pre", layer_norm(x, f"{a}.ln2") @ p[f"{a}.mlp.fc1.weight"].T + p[f"{a}.mlp.fc1.bias"])
+        post = at(f"{a}.mlp.hook_post", 0.5 * pre * (1.0 + ERF(pre / np.sqrt(2.0))))
+        x = at(f"{a}.hook_resid_post", x + at(f"{a}.hook_mlp_out", post @ p[f"{a}.mlp.fc2.weight"].T
+                                                + p[f"{a}.mlp.fc2.bias"]))
+    return layer_norm(x, "ln_f") @ p["head.weight"].T, points
+
+
+def test_points_are_no_children_and_change_nothing_a_model_saves_or_lists():
+    model = gpt()
+    assert not any("hook" in name for name, _ in model.named_modules())
+    assert not any("hook" in key for key in model.state_dict())
+    names = interpret.point_names(model)
+    assert names[:3] == ["hook_embed", "blocks.0.hook_resid_pre", "blocks.0.hook_attn_out"]
+    assert "blocks.1.attn.hook_result" in names and "ln_f.hook_scale" in names and "blocks.0.mlp.hook_post" in names
+    assert all(isinstance(p, nn.HookPoint) for p in nn.hook_point.named_points(model).values())
+
+
+@pytest.mark.parametrize("impl", ["naive", "flash", "reference"])
+def test_every_recorded_point_is_what_the_hand_written_forward_computes_there(impl):
+    model, x = gpt(impl=impl), ids()
+    plain = model(x).numpy()
+    expected_logits, expected = by_hand(model, x)
+    assert np.allclose(plain, expected_logits, atol=1e-10)
+    with ta.no_grad(), interpret.record(model, interpret.point_names(model)) as cache:
+        logits = model(x).numpy()
+    assert np.allclose(logits, plain, atol=1e-12)                 # the points written out compute the same
+    assert set(cache) == set(expected)
+    for name, value in expected.items():
+        assert cache[name].shape == value.shape, name
+        assert np.allclose(cache[name].numpy(), value, atol=1e-10), name
+
+
+def test_transformerlens_names_are_aliases():
+    model, x = gpt(), ids()
+    with ta.no_grad(), interpret.record(model, ["ln_final.hook_scale", "blocks.0.attn.hook_pattern"]) as cache:
+        model(x)
+    assert np.allclose(cache["ln_final.hook_scale"].numpy(), by_hand(model, x)[1]["ln_f.hook_scale"], atol=1e-12)
+    with pytest.raises(KeyError, match=r"no submodule 'blocks.0.attn.hook_patern'; the nearest names: "
+                                       r"'blocks.0.attn.hook_pattern'"):
+        with interpret.record(model, ["blocks.0.attn.hook_patern"]):
+            pass
+
+
+def test_intervening_on_the_pattern_at_one_position_and_on_a_frozen_scale_changes_what_follows():
+    model, x, other = gpt(impl="flash"), ids(), ids(seed=5)
+    uniform = lambda pattern: interpret.replace_at(pattern, ta.tensor(np.tri(9)[None, None, 4] / 5.0), 2, [4])
+    with ta.no_grad(), interpret.intervene(model, {"blocks.1.attn.hook_pattern": uniform}):
+        logits = model(x).numpy()
+
+    def uniform_by_hand(pattern):
+        pattern[:, :, 4] = np.tri(9)[4] / 5.0                  # query 4 attends evenly to keys 0..4
+        return pattern
+    assert np.allclose(logits, by_hand(model, x, {"blocks.1.attn.hook_pattern": uniform_by_hand})[0], atol=1e-10)
+    assert not np.allclose(logits, model(x).numpy(), atol=1e-4)
+    scale = by_hand(model, other)[1]["ln_f.hook_scale"]         # the final LayerNorm frozen at another run's scale
+    with ta.no_grad(), interpret.intervene(model, {"ln_f.hook_scale": lambda s: ta.tensor(scale)}):
+        frozen = model(x).numpy()
+    assert np.allclose(frozen, by_hand(model, x, {"ln_f.hook_scale": lambda s: scale})[0], atol=1e-10)
+    with pytest.raises(TypeError, match="intervene takes a function per point; 'ln_f.hook_scale' got float"):
+        with interpret.intervene(model, {"ln_f.hook_scale": 1.0}):
+            pass
+    assert sum(len(p._forward_hooks) for p in nn.hook_point.named_points(model).values()) == 0
+
+
+def test_gradients_kept_at_a_point_match_finite_differences():
+    model, x = gpt(), ids()
+    point = "blocks.0.hook_resid_mid"
+
+    def metric(logits):                                          # a logit difference at the last position
+        return logits[:, -1, 3] - logits[:, -1, 7]
+    with interpret.record(model, [point, "blocks.1.attn.hook_z"], keep_graph=True) as cache:
+        metric(model(x)).sum().backward()
+    gradient = cache[point].grad.numpy()
+    assert gradient.shape == (2, 9, 16) and np.abs(gradient).max() > 0
+    rng, eps = np.random.default_rng(1), 1e-6
+    for _ in range(3):
+        direction = rng.standard_normal(gradient.shape)
+
+        def shifted(sign):
+            with ta.no_grad(), interpret.intervene(model, {point: lambda r: r + ta.tensor(sign * eps * direction)}):
+                return metric(model(x)).numpy().sum()
+        numeric = (shifted(1) - shifted(-1)) / (2 * eps)
+        assert np.isclose((gradient * direction).sum(), numeric, rtol=1e-6, atol=1e-8)
+    assert cache["blocks.1.attn.hook_z"].grad.shape == (2, 9, 4, 4)
+
+
+def test_a_vit_has_the_residual_points_and_they_add_up():
+    ta.manual_seed(0)
+    model = models.ViT(models.ViTConfig(image_size=8, patch_size=4, d_model=16, depth=2, num_heads=2)).double().eval()
+    names = ["blocks.0.hook_resid_pre", "blocks.0.hook_attn_out", "blocks.0.hook_resid_mid", "blocks.0.hook_mlp_out",
+             "blocks.0.hook_resid_post", "blocks.1.hook_resid_pre", "blocks.1.attn.hook_result", "norm.hook_scale"]
+    with ta.no_grad(), interpret.record(model, names + ["blocks.1.attn"]) as cache:
+        model(ta.randn(2, 1, 8, 8).double())
+    c = {name: cache[name].numpy() for name in names}
+    assert np.allclose(c["blocks.0.hook_resid_mid"], c["blocks.0.hook_resid_pre"] + c["blocks.0.hook_attn_out"])
+    assert np.allclose(c["blocks.0.hook_resid_post"], c["blocks.0.hook_resid_mid"] + c["blocks.0.hook_mlp_out"])
+    assert np.array_equal(c["blocks.0.hook_resid_post"], c["blocks.1.hook_resid_pre"])
+    bias = model.blocks[1].attn.out_proj.bias.numpy()
+    assert np.allclose(c["blocks.1.attn.hook_result"].sum(2) + bias, cache["blocks.1.attn"].numpy(), atol=1e-12)
+    assert c["norm.hook_scale"].shape == (2, 5, 1)
+
+
+def test_a_row_with_every_key_masked_gives_zero_weights_in_the_open_as_on_the_fused_paths():
+    ta.manual_seed(0)
+    attention = nn.MultiHeadAttention(8, 2).double()
+    x = ta.randn(2, 4, 8).double().requires_grad_()
+    padding = ta.tensor(np.array([[False, False, True, False], [True, True, True, True]]))   # sequence 1: all padding
+    fused = attention(x, key_padding_mask=padding)
+    with interpret.record(attention, ["hook_pattern"], keep_graph=True) as cache:
+        opened = attention(x, key_padding_mask=padding)
+    assert np.allclose(opened.numpy(), fused.numpy(), atol=1e-12) and not np.isnan(opened.numpy()).any()
+    assert np.array_equal(cache["hook_pattern"].numpy()[1], np.zeros((2, 4, 4)))
+    opened.sum().backward()
+    assert not np.isnan(x.grad.numpy()).any()

@@ -1,0 +1,105 @@
+"""Activation points by name, and a general intervention on them.
+
+The points (nn.HookPoint, identity modules that are not children: state_dict and named_modules are unchanged):
+
+    point                                  shape                 what flows there
+    hook_embed                             (B, T, D)             GPT's token embeddings, before positions
+    blocks.{l}.hook_resid_pre              (B, T, D)             the residual stream entering block l
+    blocks.{l}.ln1.hook_scale              (B, T, 1)             a LayerNorm's sqrt(variance + eps) (ln2 too)
+    blocks.{l}.attn.hook_q / hook_k / hook_v   (B, heads, T, dh) per head, after the rotary embedding
+    blocks.{l}.attn.hook_attn_scores       (B, H, T, S)          scaled and masked (-inf), before the softmax
+    blocks.{l}.attn.hook_pattern           (B, H, T, S)          the attention weights
+    blocks.{l}.attn.hook_z                 (B, T, H, dh)         each head's output, before out_proj
+    blocks.{l}.attn.hook_result            (B, T, H, D)          each head's output through out_proj (no bias)
+    blocks.{l}.hook_attn_out               (B, T, D)             attention's output (the results + out_proj's bias)
+    blocks.{l}.hook_resid_mid              (B, T, D)             the residual stream after attention
+    blocks.{l}.mlp.hook_pre / hook_post    (B, T, hidden)        the MLP's hidden layer before / after activation
+    blocks.{l}.hook_mlp_out                (B, T, D)             the MLP's output
+    blocks.{l}.hook_resid_post             (B, T, D)             the residual stream leaving block l
+    ln_f.hook_scale                        (B, T, 1)             the final LayerNorm's scale
+
+ViT's blocks have the same points (from hook_resid_pre on; its final norm is `norm`). TransformerLens's names are
+accepted too where they differ only in a module's name (ln_final -> ln_f). The scores, the pattern (on the flash
+path), the results and a LayerNorm's scale are formed only while their point is hooked; the others cost one identity
+call each.
+
+    with intervene(model, {"blocks.0.attn.hook_pattern": lambda p: p * 0.5}):
+        logits = model(ids)
+
+A function gets the point's value and returns its replacement (None keeps it); replace_at changes chosen indices
+along one axis (positions, heads) and keeps the rest.
+"""
+import contextlib
+import difflib
+
+from .. import backend, nn, ops
+
+# TransformerLens's names for modules tinyattn names otherwise (the points' own names are the same)
+ALIASES = {"ln_final": "ln_f"}
+
+
+def point_names(model):
+    """Every activation point of model, by dotted name, in the order of its modules."""
+    return list(nn.hook_point.named_points(model))
+
+
+def _canonical(name):
+    first, dot, rest = name.partition(".")
+    return ALIASES.get(first, first) + dot + rest
+
+
+def resolve(model, names):
+    """{name as given: module} for names that are modules (as named_modules() gives them, shared ones under any of
+    their names) or activation points (or their TransformerLens aliases); an unknown name raises, naming the
+    nearest."""
+    modules = dict(model.named_modules(remove_duplicate=False))
+    points = nn.hook_point.named_points(model)
+    found = {}
+    for name in names:
+        canonical = _canonical(name)
+        target = modules.get(canonical, points.get(canonical))
+        if target is None:
+            near = difflib.get_close_matches(canonical, [n for n in list(modules) + list(points) if n], n=5,
+                                             cutoff=0.5)
+            raise KeyError(f"{type(model).__name__} has no submodule {name!r}"
+                           + (f"; the nearest names: {', '.join(map(repr, near))}" if near else "")
+                           + " (nor an activation point of that name: interpret.point_names(model) lists them)")
+        found[name] = target
+    return found
+
+
+def replace_at(x, replacement, dim, indices):
+    """x with replacement (broadcast to x's shape) at indices along dim, x elsewhere (no arithmetic: an -inf score
+    stays -inf)."""
+    size = x.shape[dim]
+    wrong = [i for i in indices if not -size <= i < size]
+    if wrong:
+        raise IndexError(f"index {wrong[0]} is out of range for dim {dim} of size {size} (shape {tuple(x.shape)})")
+    xp = backend.xp_of(x.array)
+    shape = [1] * x.ndim
+    shape[dim] = size
+    mask = xp.zeros(size, dtype=bool)
+    mask[list(indices)] = True
+    return ops.where(mask.reshape(shape), replacement, x)
+
+
+@contextlib.contextmanager
+def intervene(model, functions):
+    """A context in which each point or module {name: function} outputs function(value) instead of its value
+    (None from the function keeps the value). The hooks come off when the block ends, also on an error."""
+    handles = []
+
+    def hook_for(function):
+        def hook(module, args, output):
+            return function(output)
+        return hook
+
+    try:
+        for name, module in resolve(model, list(functions)).items():
+            if not callable(functions[name]):
+                raise TypeError(f"intervene takes a function per point; {name!r} got {type(functions[name]).__name__}")
+            handles.append(module.register_forward_hook(hook_for(functions[name])))
+        yield model
+    finally:
+        for handle in handles:
+            handle.remove()
