@@ -17,15 +17,12 @@ where they apply), float32 staying float32, and, where a model can run on your F
 import argparse
 import contextlib
 import functools
-import importlib.util
 import inspect
 import json
-import linecache
 import pathlib
 import sys
 import textwrap
 import traceback
-import types
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,12 +30,13 @@ import numpy as np
 import tinyattn as ta
 import tinyattn.functional as F
 from lessons import mistakes
-from lessons.notebook import exercise_notebook, notebook_code, write_notebook
+from lessons.checking import runner
+from lessons.checking.learners_file import (EXERCISES, LESSONS, Refused, borrowed, is_learner_file,  # noqa: F401
+                                            learners_or_bundled, shown as _shown, todos_left)
+from lessons.checking.learners_file import _learner_files
+from lessons.notebook import exercise_notebook, write_notebook
 from tinyattn import backend, interpret, lesson, models, nn, optim
 
-LESSONS = pathlib.Path(__file__).resolve().parent
-EXERCISES = LESSONS / "exercises"
-TODO = 'raise NotImplementedError("not implemented yet")'
 TOLERANCE = 1e-10          # float64 against float64: the same math agrees to rounding
 TRAINING_STEPS = 20
 
@@ -50,17 +48,20 @@ class Exercise:
     title: str
     check: callable
     given: tuple = ()
+    twins: tuple = ()
 
 
 _exercises = {}
 
 
-def exercise(lesson, title, given=()):
+def exercise(lesson, title, given=(), twins=()):
     """Register a check function under its own name, which is also its file's name in lessons/exercises/. given:
     the methods the exercise hands over from the library ("FlashAttention.backward"); every other forward and
-    backward that the check reads from the learner's file must be the learner's own."""
+    backward that the check reads from the learner's file must be the learner's own. twins: the library's versions
+    of the answer (a public function with twins, "softmax", or "module:function"), which the child running the
+    learner's file replaces with stand-ins that refuse the submission when called."""
     def register(check):
-        _exercises[check.__name__] = Exercise(check.__name__, lesson, title, check, tuple(given))
+        _exercises[check.__name__] = Exercise(check.__name__, lesson, title, check, tuple(given), tuple(twins))
         return check
     return register
 
@@ -145,48 +146,16 @@ def _indented(text):
 def _explain(error):
     """What went wrong, and, for an exception raised in the learner's file, the line it came from, then the notes
     the checker added (what the error points at)."""
-    if isinstance(error, (Mismatch, ta.GradcheckError, CasesFailed)):
+    if isinstance(error, (Mismatch, ta.GradcheckError, CasesFailed, runner.Stopped)):
         return str(error)
+    if isinstance(error, runner.LearnerError):
+        return "\n".join([error.explained] + getattr(error, "__notes__", []))
     text = f"{type(error).__name__}: {error}"
-    frames = [f for f in traceback.extract_tb(error.__traceback__) if _is_learner_file(f.filename)]
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if is_learner_file(f.filename)]
     if frames:
         frame = frames[-1]
         text += f"\n  at {pathlib.Path(frame.filename).name} line {frame.lineno}, in {frame.name}: {frame.line}"
     return "\n".join([text] + getattr(error, "__notes__", []))
-
-
-_learner_files = set()
-
-
-def _is_learner_file(filename):
-    return pathlib.Path(filename).resolve() in _learner_files
-
-
-def load(path):
-    """The learner's file as a module, with the repository root on the path as for a lesson, so that
-    `lessons.exercises.given` imports wherever the file is. A notebook (.ipynb) runs its code cells in order but the
-    one that grades; an error in one names it as "NAME.ipynb, cell N"."""
-    if str(LESSONS.parent) not in sys.path:
-        sys.path.insert(0, str(LESSONS.parent))
-    if path.suffix == ".ipynb":
-        module = types.ModuleType(f"exercise_{path.stem}")
-        module.__file__ = str(path)
-        for number, code in notebook_code(path):
-            cell = f"{path}, cell {number}"
-            _learner_files.add(pathlib.Path(cell).resolve())
-            linecache.cache[cell] = (len(code), None, code.splitlines(keepends=True), cell)   # lines for tracebacks
-            exec(compile(code, cell, "exec"), vars(module))
-        return module
-    _learner_files.add(path.resolve())
-    spec = importlib.util.spec_from_file_location(f"exercise_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-# -- the learner's own work -----------------------------------------------------------------------------------------
-class Refused(Exception):
-    """The learner's file hands in the library's code, or a bundled solution's, as its own."""
 
 
 class Missing:
@@ -206,12 +175,13 @@ class Missing:
 
 
 class Submission:
-    """The learner's names (a module's, or a notebook's globals) as the check reads them. On its first reading a
-    name must be the learner's own work, else Refused (when grading, it reads as Missing, and _refused says why); a
-    name that is not there reads as Missing. absent: why a name is not there, when the file did not load."""
+    """The learner's names (stand-ins for those of a file run in a child process, or a notebook's globals) as the
+    check reads them. On its first reading a name must be the learner's own work (why(name) is None), else Refused
+    (when grading, it reads as Missing, and _refused says why); a name that is not there reads as Missing. absent:
+    why a name is not there, when the file did not load."""
 
-    def __init__(self, namespace, given=(), solution=False, absent=None):
-        self._namespace, self._given, self._solution, self._absent = namespace, given, solution, absent
+    def __init__(self, namespace, why=lambda name: None, absent=None):
+        self._namespace, self._why, self._absent = namespace, why, absent
         self._read, self._refused = {}, []
 
     def __getattr__(self, name):
@@ -224,7 +194,7 @@ class Submission:
     def _own(self, name):
         if name not in self._namespace:
             return Missing(name, self._absent or f"your file defines no {name}")
-        why = borrowed(name, self._namespace[name], self._given, self._solution)
+        why = self._why(name)
         if why and not Run.keep_going:
             raise Refused(why)
         if why:
@@ -232,71 +202,6 @@ class Submission:
             self._refused.append(why)
             return Missing(name, f"refused: {why}")
         return self._namespace[name]
-
-
-def borrowed(name, value, given=(), solution=False):
-    """Why value, the learner's `name`, is not the learner's own work; None when it is. A Function's forward and
-    backward (but those in given), or a function, must not be code of the library or of solutions/ (a re-export, a
-    subclass that keeps its parent's methods) and must not call a Function of the library's, the library's function
-    of its own name, or anything of the solutions' (a wrapper). solution: the file graded is a bundled solution,
-    whose neighbours it may use."""
-    if isinstance(value, type) and issubclass(value, ta.Function):
-        methods = [(f"{name}.{m}", getattr(value, m)) for m in ("forward", "backward") if f"{name}.{m}" not in given]
-    elif inspect.isfunction(value):
-        methods = [(name, value)]
-    else:
-        return None
-    for label, method in methods:
-        code = getattr(method, "__code__", None)
-        origin = _foreign(code.co_filename, solution) if code else "no Python code"
-        if origin:
-            return f"{label} is the code of {origin}, not yours: a submission writes its own"
-        called = _foreign_calls(method, solution)
-        if called:
-            return f"{label} calls {called}: a submission computes what it hands in itself"
-    return None
-
-
-def _foreign(filename, solution):
-    """'the library (PATH)' or 'a bundled solution (PATH)' when filename is one's, else None."""
-    if filename is None:
-        return None
-    path = pathlib.Path(filename).resolve()
-    if path.is_relative_to(pathlib.Path(lesson.PACKAGE).resolve()):
-        return f"the library ({path})"
-    if not solution and path.is_relative_to(EXERCISES / "solutions"):
-        return f"a bundled solution ({_shown(path)})"
-    return None
-
-
-def _foreign_calls(function, solution):
-    """The first Function class of the library's, function of the library's of function's own name (the answer
-    itself: `interpret.induction_score` in induction_score), or anything of the solutions', that function's code
-    names (also through a module: `attention.ReferenceScaledDotProductAttention`), or None."""
-    codes, names = [function.__code__], set()
-    while codes:
-        code = codes.pop()
-        names.update(code.co_names)
-        codes.extend(c for c in code.co_consts if inspect.iscode(c))
-    for name in sorted(names):
-        value = function.__globals__.get(name)
-        for thing in [value] + ([getattr(value, n, None) for n in sorted(names)] if inspect.ismodule(value) else []):
-            origin = _foreign(_file_of(thing), solution)
-            library_function = isinstance(thing, type) and issubclass(thing, ta.Function) and thing is not ta.Function
-            answer = inspect.isfunction(thing) and thing.__name__ == function.__name__
-            if origin and (library_function or answer or origin.startswith("a bundled solution")):
-                return f"{getattr(thing, '__qualname__', thing.__name__)} of {origin}"
-    return None
-
-
-def _file_of(thing):
-    """The file a class, function or module comes from; None for anything else."""
-    if not (inspect.isclass(thing) or inspect.ismodule(thing) or inspect.isfunction(thing)):
-        return None
-    try:
-        return inspect.getfile(thing)
-    except TypeError:                                   # built in
-        return None
 
 
 # -- comparing with the reference path -----------------------------------------------------------------------------
@@ -571,7 +476,7 @@ def extreme(rows, columns):
 
 
 # -- the exercises, in the order of the lessons --------------------------------------------------------------------
-@exercise("02", "Bahdanau's additive attention scores, forward and backward")
+@exercise("02", "Bahdanau's additive attention scores, forward and backward", twins=["additive_scores"])
 def additive_attention(learner):
     scores = lambda q_proj, k_proj, v: F.additive_scores(q_proj, k_proj, v)
     grad_of = {"q_proj": 0, "k_proj": 1, "v": 2}
@@ -603,7 +508,7 @@ def additive_attention(learner):
         notes.append(train_like_the_reference("Seq2SeqAttention", additive_scores=learner.AdditiveScores))
 
 
-@exercise("03", "softmax, forward and backward")
+@exercise("03", "softmax, forward and backward", twins=["softmax"])
 def softmax_backward(learner):
     cases = {f"{shape} over dim {dim}": (shape, dim)
              for shape, dim in [((4, 7), 1), ((2, 3, 5), 0), ((2, 3, 5), 1), ((2, 3, 5), 2), ((6,), 0)]}
@@ -676,7 +581,7 @@ def _check_attention(function, cases, enable_gqa, diagnose=None):
         assert_stays_float32(slot, function, call(causal), (q, k, v, mask))
 
 
-@exercise("03", "single-head attention, forward and backward")
+@exercise("03", "single-head attention, forward and backward", twins=["scaled_dot_product_attention"])
 def attention(learner):
     q, k, v = normal(2, 2, 3, 4), normal(2, 2, 5, 4, seed=1), normal(2, 2, 5, 3, seed=2)
     no_key_for_row_1 = np.ones((3, 5), dtype=bool)
@@ -706,7 +611,7 @@ def _padding(lengths, key_len):
     return (np.arange(key_len) < np.array(lengths)[:, None])[:, None, None, :]
 
 
-@exercise("03", "the causal mask, and padding")
+@exercise("03", "the causal mask, and padding", twins=["tinyattn.functional.attention_inputs:causal_mask"])
 def causal_mask(learner):
     shapes = [(5, 5, 0), (3, 7, 0), (7, 3, 0), (3, 7, 4), (1, 6, 5)]
     with step("causal_mask(query_len, key_len, offset) equals the library's",
@@ -734,7 +639,7 @@ def causal_mask(learner):
                 assert_close(f"sequence {b} (length {n})", padded[b:b + 1, :, :n], alone)
 
 
-@exercise("04", "the online softmax")
+@exercise("04", "the online softmax", twins=["softmax"])
 def online_softmax(learner):
     stream = lambda x, block_size: (x[..., j:j + block_size] for j in range(0, x.shape[-1], block_size))
     row_sums = lambda x: np.exp(x - x.max(axis=-1, keepdims=True)).sum(axis=-1, keepdims=True)
@@ -820,7 +725,7 @@ def flash_backward(learner):
     _check_flash(learner.FlashAttention)
 
 
-@exercise("05", "LayerNorm, forward and backward")
+@exercise("05", "LayerNorm, forward and backward", twins=["layer_norm"])
 def layer_norm_backward(learner):
     norm = lambda shape: lambda x, weight=None, bias=None: F.layer_norm(x, shape, weight, bias)
     cases = {"rows of 4 with weight and bias": (norm(4), normal(3, 4), normal(4, seed=1),
@@ -848,7 +753,8 @@ def layer_norm_backward(learner):
         notes.append(train_like_the_reference("GPT", layer_norm=learner.LayerNorm))
 
 
-@exercise("07", "grouped-query attention: query heads sharing key/value heads")
+@exercise("07", "grouped-query attention: query heads sharing key/value heads",
+          twins=["scaled_dot_product_attention"])
 def grouped_query(learner):
     q, k, v = normal(2, 4, 3, 4), normal(2, 2, 5, 4, seed=1), normal(2, 2, 5, 3, seed=2)
     cases = {"4 query heads over 2 key/value heads": (q, k, v, None, False),
@@ -901,7 +807,7 @@ def rotary(learner):
             raise Mismatch(f"float32 input and tables gave a {y.dtype} output")
 
 
-@exercise("08", "cross-entropy with label smoothing, forward and backward")
+@exercise("08", "cross-entropy with label smoothing, forward and backward", twins=["cross_entropy"])
 def label_smoothing(learner):
     target = np.array([0, 3, -100, 2, 4])                     # row 2 is ignored (ignore_index -100)
 
@@ -945,7 +851,8 @@ def _repeated(batch, period, seed):
     return np.tile(np.stack([rng.permutation(50)[:period] for _ in range(batch)]), 2)
 
 
-@exercise("20", "the induction score from recorded attention weights")
+@exercise("20", "the induction score from recorded attention weights",
+          twins=["tinyattn.interpret.head_scores:induction_score"])
 def induction_score(learner):
     period = 5
     tokens = _repeated(2, period, seed=0)
@@ -986,39 +893,6 @@ def induction_score(learner):
 
 
 # -- the commands --------------------------------------------------------------------------------------------------
-def todos_left(path):
-    return path.read_text(encoding="utf-8").count(TODO)
-
-
-def learners_or_bundled(name, attribute, fallback, exercises=EXERCISES):
-    """What a lesson runs on for exercise name: attribute of the learner's exercises/NAME.py once no TODO is left in
-    it, else of the bundled solution, else fallback (a student copy has no solutions/). Returns it and a line that
-    says which it is and why."""
-    mine, bundled = exercises / f"{name}.py", exercises / "solutions" / f"{name}.py"
-    left = todos_left(mine) if mine.exists() else None
-    if left == 0:
-        try:
-            yours = getattr(load(mine), attribute)
-            why = borrowed(attribute, yours, _exercises[name].given)
-            if not why:
-                return yours, f"yours, {_shown(mine)} (python -m lessons check {name} grades it)"
-        except Exception as error:
-            why = f"{_shown(mine)} did not load: {type(error).__name__}: {error}"
-    else:
-        why = f"{_shown(mine)} " + ("is missing" if left is None else f"has {left} TODO{'s' * (left != 1)} left")
-    if bundled.exists():
-        return getattr(load(bundled), attribute), f"the bundled solution, {_shown(bundled)} ({why})"
-    return fallback, f"the library's {fallback.__name__} ({why}, and this copy has no solutions/)"
-
-
-def _shown(path):
-    """path from the repository root when it is inside it (shorter to read), else as it is."""
-    try:
-        return str(path.resolve().relative_to(LESSONS.parent))
-    except ValueError:
-        return str(path)
-
-
 def list_exercises():
     print(f"{'exercise':22}{'lesson':8}{'status':22}what")
     for item in _exercises.values():
@@ -1033,22 +907,48 @@ def list_exercises():
     return 0
 
 
-def check(name, path, keep_going=False):
-    """Grade the file at path (a .py file or a notebook) as exercise name. A learner's check stops at the first step
-    that fails; keep_going (a grade) runs every step. Returns the result: passed, each step's verdict, and the score,
-    the share of the exercise's steps passed (loading the file earns nothing)."""
-    return _grade(name, _shown(path), lambda: vars(load(path)), path.resolve().is_relative_to(EXERCISES / "solutions"),
-                  keep_going)
+def check(name, path, keep_going=False, text=None, timeout=runner.TIMEOUT):
+    """Grade the file at path (a .py file or a notebook) as exercise name, run in a child process of its own with a
+    time limit of timeout seconds (lessons/checking/runner.py). text: the file's bytes, read before any child
+    started (or the OSError reading it raised); None reads them now. A learner's check stops at the first step that
+    fails; keep_going (a grade) runs every step. Returns the result: passed, each step's verdict, and the score, the
+    share of the exercise's steps passed (loading the file earns nothing)."""
+    item, learner = _exercises[name], None
+    text = read_submission(path) if text is None else text
+
+    def submission():
+        nonlocal learner
+        if isinstance(text, OSError):
+            raise text
+        learner = runner.Learner(path.name, text, item.given, item.twins, path.resolve().is_relative_to(
+            EXERCISES / "solutions"), keep_going, timeout)
+        namespace, why = learner.names()
+        return Submission(namespace, why.get)
+
+    def finish():
+        return (learner.output(), learner.refused) if learner else ([], None)
+    return _grade(name, _shown(path), submission, keep_going, finish)
+
+
+def read_submission(path):
+    """The bytes of the file at path, or the OSError reading it raised (graded as a file that does not load)."""
+    try:
+        return path.read_bytes()
+    except OSError as error:
+        return error
 
 
 def check_notebook(name, namespace):
     """Grade exercise name on a notebook's own code, from its last cell: check_notebook("attention", globals()). The
-    same steps as `python -m lessons check NAME`; an error in the learner's code names its cell's line."""
+    same steps as `python -m lessons check NAME`, but in the notebook's own process (its code is already running
+    there); an error in the learner's code names its cell's line."""
     say_where_tinyattn_is()
     for value in namespace.values():
         for function in _functions_of(value):
             _learner_files.add(pathlib.Path(function.__code__.co_filename).resolve())
-    _grade(name, "this notebook's code", lambda: namespace)
+    given = _exercises[name].given
+    _grade(name, "this notebook's code",
+           lambda: Submission(namespace, lambda n: borrowed(n, namespace[n], given)))
 
 
 def _functions_of(value):
@@ -1058,25 +958,35 @@ def _functions_of(value):
     return [f for f in candidates if inspect.isfunction(f)]
 
 
-def _grade(name, shown, names, solution=False, keep_going=False):
-    """check's steps, on the names that names() gives (a module's, a notebook's)."""
+def _grade(name, shown, submission, keep_going=False, finish=lambda: ([], None)):
+    """check's steps, on the Submission that submission() gives (a child's stand-ins, a notebook's names); finish()
+    ends the submission's run: what it printed, and why it was refused while it ran (None: it was not)."""
     item = _exercises[name]
     print(f"exercise {name} (lesson {item.lesson}): {item.title}\ngrading {shown}")
     Run.keep_going, Run.steps = keep_going, []
     learner, result = None, {"exercise": name, "lesson": item.lesson, "file": shown, "passed": False}
+    refused = []
     try:
         with step("your file loads"):
-            learner = Submission(names(), item.given, solution)
+            learner = submission()
         Run.steps = []
         item.check(learner or Submission({}, absent="your file did not load (step 'your file loads')"))
         result["passed"] = learner is not None and not learner._refused and all(ok for _, ok in Run.steps)
-    except Refused as refused:
-        print(f"  FAIL  your own work\n{_indented(str(refused))}")
-        result["refused"] = [str(refused)]
+    except Refused as error:
+        print(f"  FAIL  your own work\n{_indented(str(error))}")
+        refused.append(str(error))
     except Failed:
         pass
-    if learner is not None and learner._refused:
-        result["refused"] = learner._refused
+    output, refused_while_running = finish()
+    if learner is not None:
+        refused += learner._refused
+    if refused_while_running and refused_while_running not in refused:
+        print(f"  FAIL  your own work\n{_indented(refused_while_running)}")
+        refused.append(refused_while_running)
+    if refused:
+        result.update(passed=False, refused=refused)
+    if output:
+        print("  your code printed:\n" + "\n".join(f"    | {line}" for line in output))
     passed = sum(ok for _, ok in Run.steps)
     result.update(steps_passed=passed, steps_total=len(Run.steps),
                   score=round(passed / len(Run.steps), 4) if Run.steps else 0.0,
@@ -1148,7 +1058,13 @@ def main(argv):
     where.add_argument("--solution", action="store_true", help="grade the bundled solution")
     parser.add_argument("--json", action="store_true", help="every step runs; the results go to stdout as JSON (for "
                                                             "a grade book), the steps to stderr")
+    parser.add_argument("--timeout", type=float, default=runner.TIMEOUT, metavar="SECONDS",
+                        help=f"how long each submission may compute, in all (default {runner.TIMEOUT:g})")
     args = parser.parse_args(argv[1:])
+    if args.file and (args.file.is_dir() or args.file.suffix not in (".py", ".ipynb")):
+        parser.error(f"--file {args.file}: not a .py file or a notebook (.ipynb)")
+    if args.timeout <= 0:
+        parser.error(f"--timeout {args.timeout:g}: must be more than 0 seconds")
     if args.dir and not args.dir.is_dir():
         parser.error(f"--dir {args.dir}: no such folder")
     if args.solution and not (EXERCISES / "solutions").is_dir():
@@ -1157,9 +1073,11 @@ def main(argv):
     if args.file and len(names) > 1:
         parser.error("--file grades one exercise: name it, or give a folder with --dir")
     folder = args.dir or EXERCISES / ("solutions" if args.solution else "")
+    paths = {name: args.file or _submitted(folder, name) for name in names}
+    texts = {name: read_submission(path) for name, path in paths.items()}      # all of them before any runs
     with contextlib.redirect_stdout(sys.stderr if args.json else sys.stdout):
         say_where_tinyattn_is()
-        results = [check(name, args.file or _submitted(folder, name), keep_going=args.json or len(names) > 1)
+        results = [check(name, paths[name], args.json or len(names) > 1, texts[name], args.timeout)
                    for name in names]
         if len(names) > 1:
             summary(results)

@@ -13,7 +13,7 @@ import re
 import shutil
 import subprocess
 
-from lessons.checker import EXERCISES, todos_left
+from lessons.checking.learners_file import EXERCISES, todos_left
 
 ROOT = EXERCISES.parents[1]
 SOLUTIONS = "lessons/exercises/solutions/"

@@ -1,0 +1,243 @@
+"""The grader's parent side of one submission: a child process (child.py) that loads the learner's file and runs
+its code on the arrays the parent sends, with a time limit and, on the CPU, a memory limit. The parent never
+imports the learner's code: the learner's names are stand-ins here (a Function class whose forward and backward, or
+a function whose call, run in the child), so the checks run the models, gradcheck and the reference path in the
+parent and only the learner's own math in the child. A child that exits, is killed, times out or answers garbage
+is a Stopped error with its reason; the next call starts a fresh child, until the time is spent."""
+import builtins
+import multiprocessing
+import os
+import pathlib
+import select
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import weakref
+
+import numpy as np
+
+import tinyattn as ta
+from lessons.checking import child, protocol
+from lessons.checking.learners_file import Refused
+from tinyattn import backend
+
+TIMEOUT = 60.0                   # seconds a submission's children may compute in all: the slowest exercise's
+#                                  solution computes about 0.2 s of it on a 2-core Zen 5 (the rest is the parent's)
+MEMORY = 4 << 30                 # RLIMIT_AS of a child on the CPU: a child grading the heaviest exercise peaks at
+#                                  about 1.1 GiB of address space (mostly BLAS threads' reservations)
+OUTPUT_LINES = 40                # lines of a submission's output shown
+
+
+def start_method():
+    """How children start: $TINYATTN_GRADER_START (spawn, forkserver or fork) when set; else a fork server that
+    has imported tinyattn and the child's code, nothing of any learner's, where the platform has one and the device
+    is the CPU; else spawn (macOS, Windows, CUDA: a forked CUDA context breaks)."""
+    chosen = os.environ.get("TINYATTN_GRADER_START")
+    if chosen:
+        return chosen
+    if "forkserver" in multiprocessing.get_all_start_methods() and backend.default_device() == "cpu":
+        return "forkserver"
+    return "spawn"
+
+
+class Stopped(Exception):
+    """The child running the learner's file stopped before it answered: why."""
+
+
+class LearnerError(Exception):
+    """An exception the learner's code raised in the child, as the child described it: `explained` is its type,
+    message, the line of the learner's file it came from and its notes."""
+
+
+def learner_error(described):
+    """The exception to raise here for the child's description of one: of the builtin class it derives from (so that
+    `except ValueError` still catches a learner's ValueError), named as the learner's, and a LearnerError."""
+    base = getattr(builtins, str(described.get("builtin")), Exception)
+    base = base if isinstance(base, type) and issubclass(base, Exception) else Exception
+    try:
+        cls = type(str(described["type"]), (LearnerError, base), {})
+    except TypeError:                                   # a builtin whose layout does not mix
+        cls = type(str(described["type"]), (LearnerError,), {})
+    error = cls.__new__(cls)
+    error.args = (str(described["message"]),)
+    where = [described["where"]] if described.get("where") else []
+    error.explained = "\n".join([f"{described['type']}: {described['message']}", *map("  {}".format, where),
+                                 *map(str, described.get("notes", []))])
+    return error
+
+
+class Learner:
+    """One submission, run in child processes: filename and text (its bytes, read before any child started), the
+    methods the exercise hands over (given), the library's twins to stand in for (twins), whether it is a bundled
+    solution, whether a refusal stops the check (keep_going: it fails what is left instead), timeout in seconds."""
+
+    def __init__(self, filename, text, given=(), twins=(), solution=False, keep_going=False, timeout=TIMEOUT):
+        self.filename, self.text, self.timeout, self.keep_going = filename, text, timeout, keep_going
+        self.load_arguments = dict(given=list(given), twins=list(twins), solution=solution,
+                                   device=backend.default_device())
+        self.folder = pathlib.Path(tempfile.mkdtemp(prefix="tinyattn-grader-"))
+        self.process, self.connection, self.spent, self.freed, self.refused = None, None, 0.0, [], None
+
+    def names(self):
+        """Start the child and load the file: the learner's names as stand-ins (name -> Function class or function)
+        and why each is not the learner's own work (name -> None when it is)."""
+        found = self._start()
+        if not isinstance(found, dict):
+            raise self._garbage(f"a {type(found).__name__} for the names of the file")
+        stand_ins = {name: self._stand_in(name, about.get("kind")) for name, about in found.items()}
+        return stand_ins, {name: about.get("borrowed") for name, about in found.items()}
+
+    def request(self, op, **arguments):
+        """What the child answers to op (forward, backward, call) with arguments; a fresh child first when the last
+        one stopped."""
+        if self.process is None:
+            self._start()
+        return self._exchange(op, arguments)
+
+    def output(self):
+        """Stop the child; what it printed (stdout and stderr), at most OUTPUT_LINES lines."""
+        self._stop()
+        path = self.folder / "output"
+        text = path.read_bytes().decode("utf-8", "replace") if path.exists() else ""
+        shutil.rmtree(self.folder, ignore_errors=True)
+        lines = text.splitlines()
+        more = len(lines) - OUTPUT_LINES
+        return lines[:OUTPUT_LINES] + ([f"... and {more} more lines"] if more > 0 else [])
+
+    def _start(self):
+        if self.spent >= self.timeout:
+            raise Stopped(f"the process running your file timed out after {self.timeout:g} s")
+        context = multiprocessing.get_context(start_method())
+        if context.get_start_method() == "forkserver":
+            context.set_forkserver_preload(["lessons.checking.child"])
+        self.connection, theirs = context.Pipe()
+        memory = MEMORY if self.load_arguments["device"] == "cpu" and sys.platform != "win32" else None
+        self.process = context.Process(target=child.serve, args=(theirs, str(self.folder / "output"), memory),
+                                       daemon=True, name=f"grading {self.filename}")
+        self.process.start()
+        theirs.close()
+        self.fd, self.poller = self.connection.fileno(), select.poll()
+        self.poller.register(self.fd, select.POLLIN)
+        self.freed = []                                 # the contexts of a stopped child went with it
+        private = self.folder / "copy"
+        private.mkdir(exist_ok=True)
+        return self._exchange("load", dict(folder=str(private), filename=self.filename,
+                                           text=np.frombuffer(self.text, np.uint8), **self.load_arguments))
+
+    def _exchange(self, op, arguments):
+        freed, self.freed = self.freed, []
+        began = time.monotonic()
+        try:
+            protocol.write(self.fd, {"op": op, "arguments": arguments, "free": freed})
+            reply = protocol.read(self.fd, lambda: self.poller.poll(max(self.timeout - self.spent -
+                                                                        (time.monotonic() - began), 0) * 1000))
+        except TimeoutError:
+            self.spent = self.timeout
+            self._stop()
+            raise Stopped(f"the process running your file timed out after {self.timeout:g} s") from None
+        except (EOFError, OSError):
+            raise self._ended() from None
+        except protocol.Garbled as error:
+            raise self._garbage(str(error)) from None
+        finally:
+            self.spent += time.monotonic() - began
+        if not isinstance(reply, dict) or not {"ok", "error", "refused"} & set(reply):
+            raise self._garbage(f"the reply {str(reply)[:60]!r}")
+        if reply.get("refused"):
+            self.refused = str(reply["refused"])
+            raise Refused(self.refused) if not self.keep_going else LookupError(f"refused: {self.refused}")
+        if "error" in reply:
+            raise learner_error(reply["error"] if isinstance(reply["error"], dict) else
+                                {"type": "Error", "message": reply["error"]})
+        return reply["ok"]
+
+    def _ended(self):
+        """Stopped, saying how the child ended (it closed the pipe: it exited, or was killed)."""
+        self.process.join(5)
+        code = self.process.exitcode
+        self._stop()
+        if code is None:
+            how = "closed its end of the pipe"
+        elif code < 0:
+            how = f"was killed by signal {-code} ({signal.Signals(-code).name})"
+        else:
+            how = f"exited with status {code}"
+        return Stopped(f"the process running your file {how} before returning results")
+
+    def _garbage(self, what):
+        self._stop()
+        return Stopped(f"the process running your file returned something that is not a result: {what}")
+
+    def _stop(self):
+        if self.process is not None:
+            self.connection.close()
+            self.process.join(0.5)
+            if self.process.exitcode is None:
+                self.process.kill()
+                self.process.join()
+            self.process = None
+
+    def _stand_in(self, name, kind):
+        """The learner's name as the parent calls it: a Function class whose forward and backward run in the child,
+        or a function that does."""
+        learner = self
+        if kind == "Function":
+            class Remote(ta.Function):
+                @staticmethod
+                def forward(ctx, *args, **kwargs):
+                    device = next((backend.device_of(a) for a in args if backend.is_array(a)), "cpu")
+                    handle, output, drawn = learner.request(
+                        "forward", name=name, args=list(map(_host, args)), kwargs={k: _host(v) for k, v in
+                                                                                   kwargs.items()},
+                        needs=list(ctx.needs_input_grad), random=_random_state(device))
+                    if drawn is not None:                     # what the learner's dropout drew, drawn here too
+                        backend.generator(device).bit_generator.state = drawn
+                    ctx.handle = handle
+                    weakref.finalize(ctx, learner.freed.append, handle)
+                    return _on_device_of(output, args)
+
+                @staticmethod
+                def backward(ctx, grad):
+                    return _on_device_of(learner.request("backward", handle=ctx.handle, grad=_host(grad)), [grad])
+            Remote.__name__ = Remote.__qualname__ = name
+            return Remote
+
+        def remote(*args, **kwargs):
+            return learner.request("call", name=name, args=[_host(a) for a in args],
+                                   kwargs={k: _host(v) for k, v in kwargs.items()})
+        remote.__name__ = remote.__qualname__ = name
+        return remote
+
+
+def _random_state(device):
+    """The state of tinyattn's generator for device, which the child takes on before the learner's forward (so that
+    its dropout draws what the reference path's does here); None where it cannot travel (CuPy's)."""
+    state = getattr(getattr(backend.generator(device), "bit_generator", None), "state", None)
+    return state if isinstance(state, dict) else None
+
+
+def _host(value):
+    """value with its arrays and Tensors as NumPy arrays (lists, tuples and iterators of them too)."""
+    if isinstance(value, ta.Tensor):
+        return value.numpy()
+    if backend.is_array(value):
+        return backend.to_host(value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_host(v) for v in value)
+    if hasattr(value, "__next__"):
+        return iter([_host(v) for v in value])
+    return value
+
+
+def _on_device_of(value, inputs):
+    """value's arrays on the device of the first array among inputs (the child sends NumPy arrays)."""
+    device = next((backend.device_of(a) for a in inputs if backend.is_array(a)), "cpu")
+    if device == "cpu":
+        return value
+    if isinstance(value, np.ndarray):
+        return backend.to_device(value, device)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_on_device_of(v, inputs) for v in value)
+    return value
