@@ -206,20 +206,28 @@ def _hook(solution, child):
     """The audit hook (it cannot be removed): no opening or importing the bundled solutions (unless the file graded
     is one) or the grader's modules, no writing to another process's files through /proc or /dev/fd, no starting
     processes. What it refuses refuses the submission (child.refuse)."""
-    refused_files = _GRADER_FILES + ([] if solution else [learners_file.SOLUTIONS])
+    refused_files = {"the grader's code": _GRADER_FILES, "a bundled solution": [] if solution else
+                     [learners_file.SOLUTIONS]}
     refused_modules = GRADER + (() if solution else ("lessons.exercises.solutions",))
 
     def hook(event, args):
         if event == "open" and isinstance(args[0], (str, bytes)):
             path = os.path.abspath(os.fsdecode(args[0]))
-            for seen in (path, os.path.realpath(path)):
-                if seen.startswith(_OTHER_PROCESSES) or seen.startswith("/proc/") and "/fd" in seen or \
-                        any(seen == str(f) or seen.startswith(str(f) + os.sep) for f in refused_files):
-                    child.refuse(f"your code opens {path}, which is the grader's, a bundled solution or another "
-                                 f"process's: a submission reads only its own file", PermissionError)
+            whose = _whose(path, refused_files) or _whose(os.path.realpath(path), refused_files)
+            if whose:
+                child.refuse(f"your code opens {path}, {whose}: a submission reads only its own file", PermissionError)
         elif event == "import" and isinstance(args[0], str) and args[0].startswith(refused_modules):
-            child.refuse(f"your code imports {args[0]}, a bundled solution or the grader's: a submission is its own "
-                         f"work", ImportError)
+            whose = "a bundled solution" if args[0].startswith("lessons.exercises") else "the grader's code"
+            child.refuse(f"your code imports {args[0]}, {whose}: a submission is its own work", ImportError)
         elif event.startswith(_STARTS_PROCESSES):
             child.refuse(f"your code starts a process ({event}): a submission computes in its own", PermissionError)
     return hook
+
+
+def _whose(path, refused_files):
+    """Whose path is, when a submission may not open it: another process's output (/proc/PID/fd, /dev/stdout, a
+    terminal), or the name of a group in refused_files (name -> files and folders); else None."""
+    if path.startswith(_OTHER_PROCESSES) or path.startswith("/proc/") and "/fd" in path:
+        return "another process's output"
+    return next((whose for whose, files in refused_files.items()
+                 if any(path == str(f) or path.startswith(str(f) + os.sep) for f in files)), None)

@@ -1,9 +1,9 @@
 """What the grader's parent and its child say to each other: one message is a JSON header followed by the raw
 bytes of the arrays it holds. Nothing in it can carry code (no pickle): the header holds None, booleans, numbers,
 strings, lists and dicts with string keys (as tagged lists of pairs); an array travels as its dtype (numbers and
-booleans only), its shape and its bytes; a tuple and a stream of values (an iterator) are tagged lists. On the pipe a message goes after its
-length in 8 bytes; write and read use the file descriptor itself (multiprocessing's Connection costs some 60 us a
-message more, and a check sends thousands)."""
+booleans only), its shape and its bytes; a tuple and a stream of values (an iterator) are tagged lists. On the
+pipe a message goes after its length in 8 bytes; write and read use the file descriptor itself (multiprocessing's
+Connection costs some 60 us a message more, and a check sends thousands)."""
 import json
 import math
 import os

@@ -23,10 +23,10 @@ from lessons.checking import child, protocol
 from lessons.checking.learners_file import Refused
 from tinyattn import backend
 
-TIMEOUT = 60.0                   # seconds a submission's children may compute in all: the slowest exercise's
-#                                  solution computes about 0.2 s of it on a 2-core Zen 5 (the rest is the parent's)
-MEMORY = 4 << 30                 # RLIMIT_AS of a child on the CPU: a child grading the heaviest exercise peaks at
-#                                  about 1.1 GiB of address space (mostly BLAS threads' reservations)
+TIMEOUT = 60.0                   # seconds a submission's children may compute, in all: the slowest exercise's
+#                                  solution (flash_forward) waits about 1.6 s on its child on a shared 2-core Zen 5
+MEMORY = 1 << 30                 # RLIMIT_AS of a child on the CPU: the heaviest exercise's child peaks at 235 MB
+#                                  of address space started by spawn, 200 MB by the fork server
 OUTPUT_LINES = 40                # lines of a submission's output shown
 
 
