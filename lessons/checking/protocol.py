@@ -29,24 +29,24 @@ def write(fd, value):
 
 
 def read(fd, ready=lambda: True):
-    """The value of the next message on the pipe fd. ready() is asked before each read whether data came in time
-    (False: TimeoutError). EOFError when the other end closed the pipe; Garbled for anything but a message."""
-    (length,) = _FRAME.unpack(_read_exactly(fd, _FRAME.size, ready))
-    if length > LARGEST:
-        raise Garbled(f"a message of {length} bytes")
-    return decode(_read_exactly(fd, length, ready))
-
-
-def _read_exactly(fd, size, ready):
-    data = bytearray()
-    while len(data) < size:
+    """The value of the next message on the pipe fd (the other end sends one and waits for the answer, so nothing
+    may follow it). ready() is asked before each read whether data came in time (False: TimeoutError). EOFError when
+    the other end closed the pipe; Garbled for anything but a message."""
+    data, length = bytearray(), None
+    while length is None or len(data) < _FRAME.size + length:
         if not ready():
             raise TimeoutError
-        chunk = os.read(fd, min(size - len(data), 1 << 24))
+        chunk = os.read(fd, 1 << 20)
         if not chunk:
             raise EOFError
         data += chunk
-    return data
+        if length is None and len(data) >= _FRAME.size:
+            (length,) = _FRAME.unpack_from(data)
+            if length > LARGEST:
+                raise Garbled(f"a message of {length} bytes")
+    if len(data) > _FRAME.size + length:
+        raise Garbled(f"{len(data) - _FRAME.size - length} bytes after the message")
+    return decode(memoryview(data)[_FRAME.size:])
 
 
 def encode(value):
