@@ -24,7 +24,8 @@ from lessons.checking.learners_file import Refused
 from tinyattn import backend
 
 TIMEOUT = 60.0                   # seconds a submission's children may compute, in all: the slowest exercise's
-#                                  solution (flash_forward) waits about 1.6 s on its child on a shared 2-core Zen 5
+#                                  solution waits about 0.45 s on its child on a shared 2-core Zen 5 (a slow laptop,
+#                                  a loaded machine, spawn's start of 0.5 s a child: a hundred times over is plenty)
 MEMORY = 1 << 30                 # RLIMIT_AS of a child on the CPU: the heaviest exercise's child peaks at 235 MB
 #                                  of address space started by spawn, 200 MB by the fork server
 OUTPUT_LINES = 40                # lines of a submission's output shown
