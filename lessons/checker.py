@@ -19,6 +19,7 @@ import contextlib
 import functools
 import inspect
 import json
+import os
 import pathlib
 import sys
 import textwrap
@@ -34,7 +35,7 @@ from lessons.checking import runner
 from lessons.checking.learners_file import (EXERCISES, LESSONS, Refused, borrowed, is_learner_file,  # noqa: F401
                                             learners_or_bundled, shown as _shown, todos_left)
 from lessons.checking.learners_file import _learner_files
-from lessons.notebook import exercise_notebook, write_notebook
+from lessons.notebook import exercise_notebook, notebook_path, write_notebook
 from tinyattn import backend, interpret, lesson, models, nn, optim
 
 TOLERANCE = 1e-10          # float64 against float64: the same math agrees to rounding
@@ -1037,12 +1038,21 @@ def write_notebooks(argv):
                                      description="write exercises as notebooks, graded by their last cell")
     parser.add_argument("names", nargs="*", metavar="NAME", help=f"some of {', '.join(_exercises)} (default: all)")
     parser.add_argument("--out", help="the folder to write them to (default: the current folder)")
+    parser.add_argument("--force", action="store_true", help="overwrite notebooks already there (worked ones too)")
     args = parser.parse_args([a for a in argv if a != "--notebook"])
     unknown = [name for name in args.names if name not in _exercises]
     if unknown:
         parser.error(f"no exercise {unknown[0]!r}; the exercises are {', '.join(_exercises)}")
-    for name in args.names or _exercises:
-        print(f"wrote {write_notebook(EXERCISES / f'{name}.py', args.out, build=exercise_notebook)}")
+    names = args.names or list(_exercises)
+    if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):
+        parser.error(f"--out {args.out} is a file: name a folder to write the notebooks into")
+    there = [path for path in (notebook_path(EXERCISES / f"{name}.py", args.out) for name in names)
+             if os.path.exists(path)]
+    if there and not args.force:
+        parser.exit(1, f"not written: {', '.join(there)} exist{'s' * (len(there) == 1)} (worked notebooks?) and "
+                       f"{'are' if len(there) > 1 else 'is'} kept; --force overwrites, --out DIR writes elsewhere\n")
+    for name in names:
+        print(f"wrote {write_notebook(EXERCISES / f'{name}.py', args.out, exercise_notebook, force=True)}")
     print(f"open one in Jupyter, fill in its TODOs and run its last cell; or grade it with "
           f"python -m lessons check NAME --file NAME.ipynb")
     return 0
