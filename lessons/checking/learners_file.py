@@ -23,6 +23,11 @@ class Refused(Exception):
     """The learner's file hands in the library's code, or a bundled solution's, as its own."""
 
 
+def add_learner_file(filename):
+    """Count filename (a file's, or a notebook cell's "NAME.ipynb, cell N") as the learner's in tracebacks."""
+    _learner_files.add(pathlib.Path(filename).resolve())
+
+
 def is_learner_file(filename):
     """Whether filename (a traceback frame's) is a file, or a notebook's cell, that load() loaded."""
     return pathlib.Path(filename).resolve() in _learner_files
@@ -39,13 +44,13 @@ def load(path):
         module.__file__ = str(path)
         for number, code in notebook_code(path):
             cell = f"{path}, cell {number}"
-            _learner_files.add(pathlib.Path(cell).resolve())
+            add_learner_file(cell)
             linecache.cache[cell] = (len(code), None, code.splitlines(keepends=True), cell)   # lines for tracebacks
             exec(compile(code, cell, "exec"), vars(module))
         return module
     if path.suffix != ".py" or not path.is_file():
         raise ValueError(f"{path} is not a .py file or a notebook (.ipynb): the grader loads only those")
-    _learner_files.add(path.resolve())
+    add_learner_file(path)
     spec = importlib.util.spec_from_file_location(f"exercise_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
