@@ -6,6 +6,7 @@ face; its parts are in lessons/checking/.
                                                               or the bundled solution (lessons/exercises/solutions/)
     python -m lessons check all [--dir DIR] [--json]          grade every exercise (in DIR), every step of each:
                                                               a summary table, or JSON for a grade book
+    (--timeout SECONDS: how long each submission may compute; lessons/checking/runner.py runs it apart)
 
 A check runs in steps and stops at the first that fails, saying why: an exception in your code with the line it
 came from, gradcheck's message, or where your numbers leave the reference path's. A failing step still runs all its
