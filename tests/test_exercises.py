@@ -469,6 +469,21 @@ def test_a_file_that_ends_its_process_fails_with_the_reason(top, forward, why, t
     assert code == 1 and "softmax_backward: FAILED" in out and why in out, out
 
 
+def test_check_all_grades_every_exercise_whatever_one_file_did(tmp_path, capsys):
+    """A file that ended its process lost the whole grade book: now it fails, saying why, and the rest is graded."""
+    folder = tmp_path / "alice"
+    folder.mkdir()
+    (folder / "softmax_backward.py").write_text("import sys\nsys.exit(0)\n")
+    (folder / "layer_norm_backward.py").write_text("import os\nos._exit(0)\n")
+    shutil.copy(ROOT / "lessons" / "exercises" / "online_softmax.py", folder / "online_softmax.py")
+    code = checker.main(["check", "all", "--dir", str(folder), "--json"])
+    captured = capsys.readouterr()
+    grades = json.loads(captured.out)
+    assert code == 1 and len(grades["exercises"]) == len(EXERCISES) and grades["passed"] == 0
+    assert captured.err.count("exited with status 0 before returning results") == 2
+    assert "NotImplementedError: not implemented yet" in captured.err                # online_softmax graded too
+
+
 def test_an_infinite_loop_times_out_and_the_steps_after_it_fail_at_once(tmp_path, capsys):
     mine = softmax_file(tmp_path, "while True:\n            pass")
     code, out = grade(capsys, "softmax_backward", "--file", mine, "--timeout", "1")

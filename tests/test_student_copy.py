@@ -103,6 +103,9 @@ def test_a_copy_is_refused_inside_the_repository_or_onto_a_file(tmp_path):
     (tmp_path / "file").write_text("")
     made = run(["-m", "lessons", "student-copy", str(tmp_path / "file")], ROOT, ROOT)
     assert made.returncode == 2 and "is a file" in made.stderr and "Traceback" not in made.stderr
+    made = run(["-m", "lessons", "student-copy", str(tmp_path / "file" / "copy")], ROOT, ROOT)   # cannot be made
+    assert made.returncode == 1 and "Traceback" not in made.stderr
+    assert made.stderr.strip().startswith("python -m lessons student-copy: cannot write the copy into")
 
 
 def test_only_what_git_tracks_is_copied(tmp_path):
