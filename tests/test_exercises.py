@@ -1,6 +1,7 @@
 """The exercises and their checker: every bundled solution passes, every untouched stub fails saying so, a wrong
 answer fails with gradcheck's message, and F.use puts a learner's Function into every model and takes it out again."""
 import json
+import multiprocessing
 import pathlib
 import shutil
 import subprocess
@@ -590,3 +591,24 @@ def test_the_grader_works_with_children_started_by_spawn(tmp_path, capsys, monke
     assert code == 0 and "online_softmax: PASSED" in out
     code, out = grade(capsys, "softmax_backward", "--file", softmax_file(tmp_path, "import os; os._exit(3)"))
     assert code == 1 and "exited with status 3 before returning results" in out
+
+
+@pytest.mark.parametrize("by_fd", [True, False], ids=["file descriptor (POSIX)", "Connection (Windows)"])
+def test_the_pipes_messages_carry_arrays_and_plain_values_and_refuse_anything_else(by_fd, monkeypatch):
+    from lessons.checking import protocol
+    monkeypatch.setattr(protocol, "BY_FD", by_fd)
+    ours, theirs = multiprocessing.Pipe()
+    value = {"args": [np.arange(6.0).reshape(2, 3), None, 0.5, True, (np.float32(2), [np.ones(2, bool)])],
+             "stream": iter([np.zeros(1)])}
+    protocol.write(ours, value)
+    got = protocol.read(theirs)
+    assert got["args"][0].tolist() == [[0, 1, 2], [3, 4, 5]] and got["args"][1:4] == [None, 0.5, True]
+    assert isinstance(got["args"][4], tuple) and got["args"][4][0].dtype == np.float32
+    assert got["args"][4][1][0].dtype == bool and [a.tolist() for a in got["stream"]] == [[0.0]]
+    with pytest.raises(TypeError, match="cannot be sent"):
+        protocol.write(ours, {"code": lambda: None})
+    with pytest.raises(TypeError, match="object cannot be sent"):
+        protocol.write(ours, np.array([print], dtype=object))
+    for garbage in (b"\x07\x00\x00\x00{\"a\":1}", b"\x18\x00\x00\x00{\"array\":[\"|O\",[1]]}", b"\x01\x00"):
+        with pytest.raises(protocol.Garbled):
+            protocol.decode(garbage)

@@ -40,13 +40,13 @@ def serve(connection, output, memory_limit):
     if memory_limit:
         import resource
         resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
-    child, fd = Child(), connection.fileno()
+    child = Child()
     while True:
         try:
-            message = protocol.read(fd)
+            message = protocol.read(connection)
         except EOFError:
             return
-        protocol.write(fd, child.answer(message))
+        protocol.write(connection, child.answer(message))
 
 
 class Child:

@@ -119,8 +119,9 @@ class Learner:
                                        daemon=True, name=f"grading {self.filename}")
         self.process.start()
         theirs.close()
-        self.fd, self.poller = self.connection.fileno(), select.poll()
-        self.poller.register(self.fd, select.POLLIN)
+        if protocol.BY_FD:
+            self.poller = select.poll()
+            self.poller.register(self.connection.fileno(), select.POLLIN)
         self.freed = []                                 # the contexts of a stopped child went with it
         private = self.folder / "copy"
         private.mkdir(exist_ok=True)
@@ -131,9 +132,8 @@ class Learner:
         freed, self.freed = self.freed, []
         began = time.monotonic()
         try:
-            protocol.write(self.fd, {"op": op, "arguments": arguments, "free": freed})
-            reply = protocol.read(self.fd, lambda: self.poller.poll(max(self.timeout - self.spent -
-                                                                        (time.monotonic() - began), 0) * 1000))
+            protocol.write(self.connection, {"op": op, "arguments": arguments, "free": freed})
+            reply = protocol.read(self.connection, self._ready, max(self.timeout - self.spent, 0) + began)
         except TimeoutError:
             self.spent = self.timeout
             self._stop()
@@ -153,6 +153,11 @@ class Learner:
             raise learner_error(reply["error"] if isinstance(reply["error"], dict) else
                                 {"type": "Error", "message": reply["error"]})
         return reply["ok"]
+
+    def _ready(self, until):
+        """Whether the child's answer comes in before the monotonic time until."""
+        left = max(until - time.monotonic(), 0)
+        return self.poller.poll(left * 1000) if protocol.BY_FD else self.connection.poll(left)
 
     def _ended(self):
         """Stopped, saying how the child ended (it closed the pipe: it exited, or was killed)."""
