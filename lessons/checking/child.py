@@ -111,14 +111,14 @@ class Child:
         output = function.forward(ctx, *self._on_device(args), **self._on_device(kwargs))
         self.calls += 1
         self.contexts[self.calls] = function, ctx
-        return [self.calls, _to_host(output), None if random is None else generator.bit_generator.state]
+        return [self.calls, to_host(output), None if random is None else generator.bit_generator.state]
 
     def backward(self, handle, grad):
         function, ctx = self.contexts[handle]
-        return _to_host(function.backward(ctx, self._on_device(grad)))
+        return to_host(function.backward(ctx, self._on_device(grad)))
 
     def call(self, name, args, kwargs):
-        return _to_host(self.names[name](*self._on_device(args), **self._on_device(kwargs)))
+        return to_host(self.names[name](*self._on_device(args), **self._on_device(kwargs)))
 
     def _on_device(self, value):
         """value with its arrays on the device the parent asked for (the parent sends NumPy arrays)."""
@@ -135,14 +135,19 @@ class Child:
         return value
 
 
-def _to_host(value):
-    """What the learner's code returned, with Tensors and CuPy arrays as NumPy arrays (tuples and lists kept)."""
+def to_host(value):
+    """value with its Tensors and CuPy arrays as NumPy arrays (lists, tuples and iterators of them too): what the
+    pipe carries, both ways."""
     if isinstance(value, ta.Tensor):
         return value.numpy()
     if backend.is_array(value):
         return backend.to_host(value)
-    if isinstance(value, (tuple, list)):
-        return type(value)(_to_host(v) for v in value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(to_host(v) for v in value)
+    if isinstance(value, dict):
+        return {k: to_host(v) for k, v in value.items()}
+    if hasattr(value, "__next__"):
+        return iter([to_host(v) for v in value])
     return value
 
 

@@ -193,26 +193,25 @@ class Learner:
             class Remote(ta.Function):
                 @staticmethod
                 def forward(ctx, *args, **kwargs):
-                    device = next((backend.device_of(a) for a in args if backend.is_array(a)), "cpu")
+                    device = _device_of(args)
                     handle, output, drawn = learner.request(
-                        "forward", name=name, args=list(map(_host, args)), kwargs={k: _host(v) for k, v in
-                                                                                   kwargs.items()},
+                        "forward", name=name, args=child.to_host(list(args)), kwargs=child.to_host(kwargs),
                         needs=list(ctx.needs_input_grad), random=_random_state(device))
                     if drawn is not None:                     # what the learner's dropout drew, drawn here too
                         backend.generator(device).bit_generator.state = drawn
                     ctx.handle = handle
                     weakref.finalize(ctx, learner.freed.append, handle)
-                    return _on_device_of(output, args)
+                    return _on_device(output, device)
 
                 @staticmethod
                 def backward(ctx, grad):
-                    return _on_device_of(learner.request("backward", handle=ctx.handle, grad=_host(grad)), [grad])
+                    return _on_device(learner.request("backward", handle=ctx.handle, grad=child.to_host(grad)),
+                                      _device_of([grad]))
             Remote.__name__ = Remote.__qualname__ = name
             return Remote
 
         def remote(*args, **kwargs):
-            return learner.request("call", name=name, args=[_host(a) for a in args],
-                                   kwargs={k: _host(v) for k, v in kwargs.items()})
+            return learner.request("call", name=name, args=child.to_host(list(args)), kwargs=child.to_host(kwargs))
         remote.__name__ = remote.__qualname__ = name
         return remote
 
@@ -224,26 +223,17 @@ def _random_state(device):
     return state if isinstance(state, dict) else None
 
 
-def _host(value):
-    """value with its arrays and Tensors as NumPy arrays (lists, tuples and iterators of them too)."""
-    if isinstance(value, ta.Tensor):
-        return value.numpy()
-    if backend.is_array(value):
-        return backend.to_host(value)
-    if isinstance(value, (list, tuple)):
-        return type(value)(_host(v) for v in value)
-    if hasattr(value, "__next__"):
-        return iter([_host(v) for v in value])
-    return value
+def _device_of(arrays):
+    """The device of the first array among arrays (CPU when there is none)."""
+    return next((backend.device_of(a) for a in arrays if backend.is_array(a)), "cpu")
 
 
-def _on_device_of(value, inputs):
-    """value's arrays on the device of the first array among inputs (the child sends NumPy arrays)."""
-    device = next((backend.device_of(a) for a in inputs if backend.is_array(a)), "cpu")
+def _on_device(value, device):
+    """value's arrays on device (the child sends NumPy arrays)."""
     if device == "cpu":
         return value
     if isinstance(value, np.ndarray):
         return backend.to_device(value, device)
     if isinstance(value, (list, tuple)):
-        return type(value)(_on_device_of(v, inputs) for v in value)
+        return type(value)(_on_device(v, device) for v in value)
     return value
