@@ -99,7 +99,7 @@ assert gpt_by_hand_err < 1e-10
 
 # %%
 import tinyattn.functional as F
-from lessons.checker import learners_or_bundled          # the repository root is on the path (tinyattn.lesson)
+from lessons.checking.learners_file import learners_or_bundled  # the repository root is on the path (tinyattn.lesson)
 from tinyattn.functional.attention import ReferenceScaledDotProductAttention
 
 Attention, which = learners_or_bundled("attention", "Attention", fallback=ReferenceScaledDotProductAttention)

@@ -230,7 +230,7 @@ viz.save(fig, plot_path(args, "20_head_scores.png"))
 # library's). The line below says which ran. Both see the same recorded weights, so they must agree to rounding.
 
 # %%
-from lessons.checker import learners_or_bundled          # the repository root is on the path (tinyattn.lesson)
+from lessons.checking.learners_file import learners_or_bundled  # the repository root is on the path (tinyattn.lesson)
 
 own_induction_score, which = learners_or_bundled("induction_score", "induction_score",
                                                  fallback=interpret.induction_score)

@@ -2,6 +2,7 @@
 python -m lessons 02                         run lesson 02 (flags such as --quick or --seed 3 pass through)
 python -m lessons 02 --step                  step through it cell by cell (--step --help says how)
 python -m lessons 02 --notebook [--out DIR]  write it as a Jupyter notebook (.ipynb) that runs wherever it is saved
+                                             (one already there is kept; --force overwrites it)
 python -m lessons exercises                  list the exercises (lessons/exercises/) and how far each one is
 python -m lessons exercises --notebook       write them as notebooks graded by their last cell ([--out DIR] [NAME])
 python -m lessons check NAME                 grade one against the reference path (--file PATH, --solution)
@@ -77,17 +78,25 @@ def main(argv):
         if "--out" in rest:
             out = (rest[rest.index("--out") + 1:] or [""])[0]
             if not out or out.startswith("-"):
-                usage_error(f"python -m lessons {number} --notebook [--out DIR]: --out needs the folder to write to")
-        print(f"wrote {write_notebook(matches[0], out)}")
-    elif "--step" in rest:
-        from lessons import stepper
-        if "--help" in rest or "-h" in rest:
-            print(stepper.__doc__)
-            return
-        stepper.step_through(matches[0], [a for a in rest if a != "--step"])
-    else:
+                usage_error(f"python -m lessons {number} --notebook [--out DIR] [--force]: --out needs the folder to "
+                            "write to")
+        try:
+            print(f"wrote {write_notebook(matches[0], out, force='--force' in rest)}")
+        except OSError as error:
+            sys.exit(f"not written: {error}")
+        return
+    try:
+        if "--step" in rest:
+            from lessons import stepper
+            if "--help" in rest or "-h" in rest:
+                print(stepper.__doc__)
+                return
+            sys.exit(stepper.step_through(matches[0], [a for a in rest if a != "--step"]))
         sys.argv = [matches[0]] + rest
         runpy.run_path(matches[0], run_name="__main__")
+    except KeyboardInterrupt:
+        print("\ninterrupted (Ctrl-C): the run stopped there", file=sys.stderr)
+        sys.exit(130)
 
 
 if __name__ == "__main__":

@@ -38,12 +38,23 @@ def _notebook(cells):
                          "language_info": {"name": "python"}}}
 
 
-def write_notebook(path, out_dir=None, build=notebook):
+def notebook_path(path, out_dir=None):
+    """Where write_notebook writes the notebook of path: out_dir (default: the current folder)/NAME.ipynb."""
+    return os.path.join(out_dir or os.getcwd(), os.path.splitext(os.path.basename(path))[0] + ".ipynb")
+
+
+def write_notebook(path, out_dir=None, build=notebook, force=False):
     """Write build(path), the notebook of a lesson (or of an exercise: exercise_notebook), into out_dir (default: the
-    current folder), named after path; returns its path."""
+    current folder), named after path; returns its path. A notebook already there (a learner's worked one) is kept:
+    FileExistsError, unless force. out_dir naming a file: NotADirectoryError."""
     out_dir = out_dir or os.getcwd()
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise NotADirectoryError(f"--out {out_dir} is a file: name a folder to write the notebook into")
+    target = notebook_path(path, out_dir)
+    if os.path.exists(target) and not force:
+        raise FileExistsError(f"{target} exists (your worked notebook?) and is kept: --force overwrites it, or "
+                              f"--out DIR writes elsewhere")
     os.makedirs(out_dir, exist_ok=True)
-    target = os.path.join(out_dir, os.path.splitext(os.path.basename(path))[0] + ".ipynb")
     with open(target, "w", encoding="utf-8") as f:
         json.dump(build(path), f, indent=1)
         f.write("\n")

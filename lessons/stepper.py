@@ -6,7 +6,8 @@ once it has run), g N goes to cell N (and offers to run the earlier cells that h
 may need), l lists the cells and marks those that ran, i opens a Python prompt in the lesson's namespace (leave it
 with Ctrl-D to step on), q quits. An exception or Ctrl-C inside a cell prints its traceback, with the lesson's own
 file and line, and comes back to the prompt. Figures the cells write are announced by path and, where there is a
-display, shown in a window. Without a terminal on stdin (a pipe, a test), every cell runs in turn.
+display, shown in a window. Without a terminal on stdin (a pipe, a test), every cell runs in turn, Ctrl-C stops the
+run (exit 130), and the exit code is 1 when a cell stopped with an error.
 """
 import code
 import os
@@ -31,13 +32,16 @@ def _show(step, index, total):
     print("=" * 62, flush=True)
 
 
-def _run(step, path, namespace):
-    """Run one cell's code so that tracebacks name the lesson file and its real lines; True if it finished."""
+def _run(step, path, namespace, interactive=True):
+    """Run one cell's code so that tracebacks name the lesson file and its real lines; True if it finished. Ctrl-C
+    comes back to the prompt; without one (not interactive) it stops the run."""
     padded = "\n" * (step.code_line - 1) + step.code       # line numbers as in the file
     try:
         exec(compile(padded, path, "exec"), namespace)
         return True
     except KeyboardInterrupt:
+        if not interactive:
+            raise
         print("\n(interrupted)", file=sys.stderr)
     except SystemExit:
         raise
@@ -83,6 +87,8 @@ def _listing(steps, index, ran, failed):
 
 
 def step_through(path, argv):
+    """Step through the lesson at path (its command line argv); returns the exit code: 1 when, without a terminal,
+    a cell stopped with an error, else 0."""
     steps = read_cells(path)
     sys.argv = [path] + argv
     namespace = {"__name__": "__main__", "__file__": path}
@@ -92,7 +98,7 @@ def step_through(path, argv):
     ran, failed = set(), set()           # cells whose last run finished, or stopped with an error
 
     def run(i):
-        finished = _run(steps[i], path, namespace)
+        finished = _run(steps[i], path, namespace, interactive)
         (ran if finished else failed).add(i)
         (failed if finished else ran).discard(i)
         return finished
@@ -102,13 +108,17 @@ def step_through(path, argv):
         if not interactive:
             run(index)
             index += 1
+            if index == len(steps) and failed:
+                print(f"cell{'s' * (len(failed) > 1)} {', '.join(str(i + 1) for i in sorted(failed))} stopped with "
+                      f"an error", file=sys.stderr)
+                return 1
             continue
         command = _ask(_help(index, again))
         if command == "":
             again = index
             index += 1 if run(index) else 0
         elif command == "q":
-            return
+            return 0
         elif command == "b":
             index = max(0, index - 1)
             again = index if index in ran | failed else None
@@ -131,6 +141,7 @@ def step_through(path, argv):
             print(_help(index, again))
     if interactive:
         print("\nend of the lesson")
+    return 0
 
 
 def _offer_earlier(missing, index, run):

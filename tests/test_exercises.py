@@ -1,6 +1,7 @@
 """The exercises and their checker: every bundled solution passes, every untouched stub fails saying so, a wrong
 answer fails with gradcheck's message, and F.use puts a learner's Function into every model and takes it out again."""
 import json
+import multiprocessing
 import pathlib
 import shutil
 import subprocess
@@ -328,8 +329,8 @@ def test_a_file_that_hands_in_the_librarys_or_a_solutions_code_is_refused(name, 
     mine.write_text(text)
     code, out = grade(capsys, name, "--file", str(mine))
     assert code == 1 and f"{name}: REFUSED" in out, out
-    assert "FAIL  your own work" in out and ("is the code of" in out or " calls " in out)
-    assert out.count("  ok  ") == 1                                   # "your file loads", and no step ran it
+    assert "FAIL  your own work" in out and ("is the code of" in out or " calls " in out or " imports " in out)
+    assert out.count("  ok  ") <= 1                  # at most "your file loads" (an import refused stops it), no step
 
 
 @instructors
@@ -440,3 +441,174 @@ def test_a_missing_function_class_is_named(tmp_path, capsys):
     code, out = grade(capsys, "attention", "--file", str(mine))
     assert code == 1 and "FAIL  your Attention runs forward and backward" in out
     assert "LookupError: your file defines no Attention" in out
+
+
+# -- submissions that try their luck: each runs in a child process, judged from outside ------------------------------
+SOFTMAX = "from tinyattn import Function\n\n\nclass Softmax(Function):\n" \
+          "    @staticmethod\n    def forward(ctx, x, dim):\n        {forward}\n\n" \
+          "    @staticmethod\n    def backward(ctx, grad):\n        return None, None\n"
+
+
+def softmax_file(tmp_path, forward="return x", top=""):
+    mine = tmp_path / "softmax_backward.py"
+    mine.write_text(top + SOFTMAX.format(forward=forward))
+    return str(mine)
+
+
+@pytest.mark.parametrize("top, forward, why", [
+    ("import sys\nsys.exit(0)\n", "return x", "exited with status 0 before returning results"),
+    ("raise SystemExit\n", "return x", "exited with status 0 before returning results"),
+    ("", "import sys; sys.exit(0)", "exited with status 0 before returning results"),
+    ("import os\nos._exit(0)\n", "return x", "exited with status 0 before returning results"),
+    ("", "import os; os.kill(os.getpid(), 9)", "was killed by signal 9 (SIGKILL) before returning results"),
+    ("", "import os\n        for fd in range(3, 64):\n            try:\n                os.write(fd, b'\\xff' * 64)\n"
+         "            except OSError:\n                pass\n        while True:\n            pass",
+     "returned something that is not a result"),
+], ids=["exit at import", "SystemExit", "exit in forward", "os._exit", "killed", "garbage on the pipe"])
+def test_a_file_that_ends_its_process_fails_with_the_reason(top, forward, why, tmp_path, capsys):
+    code, out = grade(capsys, "softmax_backward", "--file", softmax_file(tmp_path, forward, top), "--timeout", "20")
+    assert code == 1 and "softmax_backward: FAILED" in out and why in out, out
+
+
+def test_check_all_grades_every_exercise_whatever_one_file_did(tmp_path, capsys):
+    """A file that ended its process lost the whole grade book: now it fails, saying why, and the rest is graded."""
+    folder = tmp_path / "alice"
+    folder.mkdir()
+    (folder / "softmax_backward.py").write_text("import sys\nsys.exit(0)\n")
+    (folder / "layer_norm_backward.py").write_text("import os\nos._exit(0)\n")
+    shutil.copy(ROOT / "lessons" / "exercises" / "online_softmax.py", folder / "online_softmax.py")
+    code = checker.main(["check", "all", "--dir", str(folder), "--json"])
+    captured = capsys.readouterr()
+    grades = json.loads(captured.out)
+    assert code == 1 and len(grades["exercises"]) == len(EXERCISES) and grades["passed"] == 0
+    assert captured.err.count("exited with status 0 before returning results") == 2
+    assert "NotImplementedError: not implemented yet" in captured.err                # online_softmax graded too
+
+
+def test_an_infinite_loop_times_out_and_the_steps_after_it_fail_at_once(tmp_path, capsys):
+    mine = softmax_file(tmp_path, "while True:\n            pass")
+    code, out = grade(capsys, "softmax_backward", "--file", mine, "--timeout", "1")
+    assert code == 1 and "timed out after 1 s" in out
+    loop = tmp_path / "loop"
+    loop.mkdir()
+    (loop / "softmax_backward.py").write_text(pathlib.Path(mine).read_text())
+    shutil.copy(ROOT / "lessons" / "exercises" / "online_softmax.py", loop / "online_softmax.py")
+    code = checker.main(["check", "all", "--dir", str(loop), "--json", "--timeout", "1"])
+    captured = capsys.readouterr()
+    graded = {r["exercise"]: r for r in json.loads(captured.out)["exercises"]}
+    assert graded["softmax_backward"]["steps_total"] == 6 and graded["softmax_backward"]["steps_passed"] == 0
+    assert captured.err.count("timed out after 1 s") >= 6                   # every step: the time was spent
+    assert "NotImplementedError" in captured.err and len(graded) == len(EXERCISES)    # the others still graded
+
+
+def test_a_file_that_patches_the_checker_is_refused_and_the_grade_book_stands(tmp_path, capsys):
+    """Replacing the checker's step made check all report every stub passed: the grader's modules are not the
+    child's to import, and the verdict is the parent's."""
+    folder = tmp_path / "student"
+    folder.mkdir()
+    (folder / "softmax_backward.py").write_text(
+        "import contextlib\nimport lessons.checker as checker\n\n\n@contextlib.contextmanager\ndef step(*a, **k):\n"
+        "    yield []\n\n\nchecker.step = step\n" + SOFTMAX.format(forward="return x"))
+    (folder / "layer_norm_backward.py").write_text(
+        "import sys\nfor name, module in list(sys.modules.items()):\n    if name.startswith('lessons.check'):\n"
+        "        module.assert_close = lambda *a, **k: None\n" + SOFTMAX.format(forward="return x"))
+    code = checker.main(["check", "all", "--dir", str(folder), "--json"])
+    captured = capsys.readouterr()
+    grades = json.loads(captured.out)
+    by_name = {r["exercise"]: r for r in grades["exercises"]}
+    assert code == 1 and grades["passed"] == 0 and grades["score"] == 0.0
+    assert "your code imports lessons.checker" in by_name["softmax_backward"]["refused"][0]
+    assert not by_name["layer_norm_backward"]["passed"] and by_name["layer_norm_backward"]["steps_passed"] == 0
+
+
+@instructors
+@pytest.mark.parametrize("how", [
+    "exec(compile(open(SOLUTION).read(), 'mine.py', 'exec'))",
+    "import importlib.util\nspec = importlib.util.spec_from_file_location('mine', SOLUTION)\n"
+    "module = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(module)\nSoftmax = module.Softmax",
+    "import importlib\nSoftmax = importlib.import_module('lessons.exercises.' + 'solutions.softmax_backward').Softmax",
+    "import shutil, sys\nshutil.copy(SOLUTION, 'copied.py')\nsys.path.insert(0, '.')\nfrom copied import Softmax",
+], ids=["exec(compile(...))", "an importlib wrapper", "import_module", "a copy"])
+def test_a_file_that_runs_the_bundled_solution_is_refused_by_what_it_does(how, tmp_path, capsys):
+    mine = tmp_path / "softmax_backward.py"
+    mine.write_text(f"SOLUTION = {str(SOLUTIONS / 'softmax_backward.py')!r}\n" + how + "\n")
+    code, out = grade(capsys, "softmax_backward", "--file", str(mine))
+    assert code == 1 and "softmax_backward: REFUSED" in out and "a bundled solution" in " ".join(out.split()), out
+
+
+def test_a_file_that_calls_the_librarys_twin_out_of_sight_is_refused(tmp_path, capsys):
+    """The source check cannot see a name built at run time: the child's stand-in for the library's Softmax sees
+    the call."""
+    mine = softmax_file(tmp_path, "import importlib\n        twin = getattr(importlib.import_module("
+                                  "'tinyattn.functional.' + 'softmax'), 'Reference' + 'Softmax')\n"
+                                  "        return twin.forward(ctx, x, dim)")
+    code, out = grade(capsys, "softmax_backward", "--file", mine)
+    assert code == 1 and "softmax_backward: REFUSED" in out, out
+    assert "ReferenceSoftmax of the library" in out and "was called by the submission" in " ".join(out.split())
+
+
+def test_forged_output_is_shown_as_the_learners_and_the_grade_book_is_the_parents(tmp_path, capsys):
+    folder = tmp_path / "student"
+    folder.mkdir()
+    forged = json.dumps({"passed": 12, "exercises_total": 12, "score": 1.0, "exercises": []})
+    (folder / "softmax_backward.py").write_text(f"import sys\nprint({forged!r})\nsys.stdout.flush()\n"
+                                                f"open('/dev/stdout', 'w').write({forged!r})\n")
+    code = checker.main(["check", "all", "--dir", str(folder), "--json"])
+    captured = capsys.readouterr()
+    grades = json.loads(captured.out)                                     # the parent's, whole
+    assert code == 1 and grades["passed"] == 0 and len(grades["exercises"]) == len(EXERCISES)
+    assert f"your code printed:\n    | {forged}" in captured.err
+    assert "your code opens /dev/stdout" in captured.err
+
+
+@instructors
+def test_a_file_that_deletes_the_other_submissions_changes_no_other_verdict(tmp_path, capsys):
+    folder = tmp_path / "student"
+    folder.mkdir()
+    for name in ("online_softmax", "causal_mask", "induction_score"):
+        shutil.copy(SOLUTIONS / f"{name}.py", folder)
+    checker.main(["check", "all", "--dir", str(folder), "--json"])
+    before = json.loads(capsys.readouterr().out)
+    (folder / "attention.py").write_text(f"import pathlib\nfor p in pathlib.Path({str(folder)!r}).iterdir():\n"
+                                         f"    p.unlink()\n")
+    checker.main(["check", "all", "--dir", str(folder), "--json"])
+    after = json.loads(capsys.readouterr().out)
+    assert not any(folder.iterdir())                                      # it did delete them
+    assert after == before and after["passed"] == 3
+
+
+def test_a_child_has_a_memory_limit_on_the_cpu(tmp_path, capsys):
+    mine = softmax_file(tmp_path, "import numpy\n        numpy.empty(6 << 30, dtype=numpy.uint8)\n        return x")
+    code, out = grade(capsys, "softmax_backward", "--file", mine)
+    assert code == 1 and "MemoryError" in out
+
+
+@instructors
+def test_the_grader_works_with_children_started_by_spawn(tmp_path, capsys, monkeypatch):
+    """spawn is the default start method on macOS and Windows."""
+    monkeypatch.setenv("TINYATTN_GRADER_START", "spawn")
+    code, out = grade(capsys, "online_softmax", "--solution")
+    assert code == 0 and "online_softmax: PASSED" in out
+    code, out = grade(capsys, "softmax_backward", "--file", softmax_file(tmp_path, "import os; os._exit(3)"))
+    assert code == 1 and "exited with status 3 before returning results" in out
+
+
+@pytest.mark.parametrize("by_fd", [True, False], ids=["file descriptor (POSIX)", "Connection (Windows)"])
+def test_the_pipes_messages_carry_arrays_and_plain_values_and_refuse_anything_else(by_fd, monkeypatch):
+    from lessons.checking import protocol
+    monkeypatch.setattr(protocol, "BY_FD", by_fd)
+    ours, theirs = multiprocessing.Pipe()
+    value = {"args": [np.arange(6.0).reshape(2, 3), None, 0.5, True, (np.float32(2), [np.ones(2, bool)])],
+             "stream": iter([np.zeros(1)])}
+    protocol.write(ours, value)
+    got = protocol.read(theirs)
+    assert got["args"][0].tolist() == [[0, 1, 2], [3, 4, 5]] and got["args"][1:4] == [None, 0.5, True]
+    assert isinstance(got["args"][4], tuple) and got["args"][4][0].dtype == np.float32
+    assert got["args"][4][1][0].dtype == bool and [a.tolist() for a in got["stream"]] == [[0.0]]
+    with pytest.raises(TypeError, match="cannot be sent"):
+        protocol.write(ours, {"code": lambda: None})
+    with pytest.raises(TypeError, match="object cannot be sent"):
+        protocol.write(ours, np.array([print], dtype=object))
+    for garbage in (b"\x07\x00\x00\x00{\"a\":1}", b"\x18\x00\x00\x00{\"array\":[\"|O\",[1]]}", b"\x01\x00"):
+        with pytest.raises(protocol.Garbled):
+            protocol.decode(garbage)

@@ -2,6 +2,7 @@
 silent full run."""
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 
@@ -58,3 +59,74 @@ def test_the_first_line_names_the_package_folder_and_warns_when_it_is_another_cl
     assert lesson.another_clone("ipykernel_launcher.py") is None                  # a notebook: no repository
     warning = lesson.another_clone("/elsewhere/clone/lessons/06_gpt.py")
     assert warning.startswith(f"warning: tinyattn is imported from {package}, not from /elsewhere/clone")
+
+
+def test_a_notebook_already_there_is_kept_unless_force(tmp_path):
+    """A learner's worked notebook must not be overwritten by the stub's: lessons and exercises alike."""
+    worked = tmp_path / "03_self_attention.ipynb"
+    worked.write_text("my work")
+    kept = run("03", "--notebook", "--out", str(tmp_path), tmp_path=tmp_path)
+    assert kept.returncode == 1 and worked.read_text() == "my work" and "Traceback" not in kept.stderr
+    assert "exists (your worked notebook?) and is kept: --force overwrites it" in kept.stderr
+    assert run("03", "--notebook", "--out", str(tmp_path), "--force", tmp_path=tmp_path).returncode == 0
+    assert worked.read_text() != "my work"
+    (tmp_path / "rotary.ipynb").write_text("my work")
+    kept = run("exercises", "--notebook", "--out", str(tmp_path), tmp_path=tmp_path)
+    assert kept.returncode == 1 and "rotary.ipynb exists (worked notebooks?) and is kept" in kept.stderr
+    assert not (tmp_path / "attention.ipynb").exists()                   # nothing written: all or none
+    assert run("exercises", "--notebook", "--out", str(tmp_path), "--force", tmp_path=tmp_path).returncode == 0
+    assert (tmp_path / "attention.ipynb").exists() and (tmp_path / "rotary.ipynb").read_text() != "my work"
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["03", "--notebook", "--out", "FILE"], "is a file: name a folder"),
+    (["exercises", "--notebook", "--out", "FILE"], "is a file: name a folder"),
+    (["03", "--quick", "--seed", "-1"], "--seed -1: a seed is 0 or more"),
+    (["03", "--quick", "--plots", "FILE"], "cannot be written"),
+    (["03", "--quick", "--plots", "FILE/runs"], "cannot be written"),
+    (["check", "online_softmax", "--file", "FOLDER"], "not a .py file or a notebook"),
+    (["check", "online_softmax", "--file", "FOLDER/online_softmax.py.txt"], "not a .py file or a notebook"),
+], ids=["lesson --out a file", "exercises --out a file", "--seed -1", "--plots a file", "--plots under a file",
+        "check --file a folder", "check --file .py.txt"])
+def test_what_cannot_be_done_is_said_in_one_line_before_anything_runs(argv, says, tmp_path):
+    (tmp_path / "FILE").write_text("")
+    (tmp_path / "FOLDER").mkdir()
+    (tmp_path / "FOLDER" / "online_softmax.py.txt").write_text("")
+    argv = [a.replace("FILE", str(tmp_path / "FILE")).replace("FOLDER", str(tmp_path / "FOLDER")) for a in argv]
+    result = run(*argv, tmp_path=tmp_path)
+    assert result.returncode in (1, 2) and "Traceback" not in result.stderr, result.stderr
+    assert says in result.stderr.strip().splitlines()[-1], result.stderr      # the last line (argparse: after usage)
+    assert "trains" not in result.stdout and "·" not in result.stdout                  # no lesson ran
+
+
+def test_ctrl_c_during_a_lesson_stops_it_with_one_line_and_exit_130(tmp_path):
+    env = {**os.environ, "TINYATTN_PLOTS": str(tmp_path)}
+    lesson = subprocess.Popen([sys.executable, "-m", "lessons", "02"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    lesson.stdout.readline()                                  # the first line: the run has started
+    lesson.send_signal(signal.SIGINT)
+    out, err = lesson.communicate(timeout=120)
+    assert lesson.returncode == 130 and "Traceback" not in err and err.strip() == \
+        "interrupted (Ctrl-C): the run stopped there"
+
+
+STEPPED = "# %%\nprint('one')\n\n# %%\nraise ValueError('two')\n\n# %%\nprint('three')\n"
+
+
+def test_the_stepper_without_a_terminal_runs_on_past_an_error_and_exits_1(tmp_path):
+    path = tmp_path / "99_stepped.py"
+    path.write_text(STEPPED)
+    code = f"import sys; from lessons import stepper; sys.exit(stepper.step_through({str(path)!r}, []))"
+    ran = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                         stdin=subprocess.DEVNULL)
+    assert ran.returncode == 1 and "three" in ran.stdout and "cell 2 stopped with an error" in ran.stderr
+
+
+def test_the_stepper_without_a_terminal_stops_on_ctrl_c(tmp_path):
+    path = tmp_path / "99_stepped.py"
+    path.write_text(STEPPED.replace("raise ValueError('two')", "import os, signal\nos.kill(os.getpid(), signal.SIGINT)"))
+    code = f"from lessons import stepper\ntry:\n    stepper.step_through({str(path)!r}, [])\n" \
+           f"except KeyboardInterrupt:\n    print('stopped')"
+    ran = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                         stdin=subprocess.DEVNULL)
+    assert "stopped" in ran.stdout and "three" not in ran.stdout               # the cells after it did not run

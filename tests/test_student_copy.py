@@ -97,3 +97,29 @@ def test_the_guide_loses_only_the_part_for_instructors():
             "## Reading a failure\nreading\n"
     assert student_copy.without_instructors(guide) == \
         "# Exercises\ntext\n## The loop\nloop\n### a step\n## Reading a failure\nreading\n"
+
+
+
+def test_a_copy_is_refused_inside_the_repository_or_onto_a_file(tmp_path):
+    with pytest.raises(ValueError, match="is inside the repository"):
+        student_copy.write(ROOT / "class-copy")
+    assert not (ROOT / "class-copy").exists()
+    (tmp_path / "file").write_text("")
+    made = run(["-m", "lessons", "student-copy", str(tmp_path / "file")], ROOT, ROOT)
+    assert made.returncode == 2 and "is a file" in made.stderr and "Traceback" not in made.stderr
+    made = run(["-m", "lessons", "student-copy", str(tmp_path / "file" / "copy")], ROOT, ROOT)   # cannot be made
+    assert made.returncode == 1 and "Traceback" not in made.stderr
+    assert made.stderr.strip().startswith("python -m lessons student-copy: cannot write the copy into")
+
+
+def test_only_what_git_tracks_is_copied(tmp_path):
+    """A folder of answers left untracked in the checkout is not handed out."""
+    repository = tmp_path / "repository"
+    (repository / "lessons").mkdir(parents=True)
+    (repository / "lessons" / "tracked.py").write_text("x = 1\n")
+    git = lambda *argv: subprocess.run(["git", *argv], cwd=repository, check=True, capture_output=True)
+    git("init", "-q")
+    git("add", "lessons/tracked.py")
+    (repository / "submissions").mkdir()
+    (repository / "submissions" / "alice.py").write_text("answers\n")
+    assert student_copy.repository_files(repository) == ["lessons/tracked.py"]

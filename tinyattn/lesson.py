@@ -9,6 +9,7 @@ import difflib
 import json
 import os
 import sys
+import tempfile
 
 from . import cpu
 from .tools import environment
@@ -49,10 +50,12 @@ def options(description="", arguments=()):
     args, unknown = parser.parse_known_args()
     if unknown and not in_notebook():
         _refuse_unknown(parser, unknown, [flag for flag, _ in every])
+    if args.seed < 0:
+        parser.error(f"--seed {args.seed}: a seed is 0 or more")
     plots = _plots()
     runs = os.path.join(plots, "runs")
     args.plots = args.plots or (plots if args.gallery else os.path.join(runs, "quick") if args.quick else runs)
-    os.makedirs(args.plots, exist_ok=True)
+    _writable_folder(parser, args.plots)
     manual_seed(args.seed)
     repository_on_path()
     cpu.tune_allocator()          # a lesson is a whole program: let glibc keep freed memory (tinyattn/cpu/tuning.py)
@@ -66,6 +69,17 @@ def options(description="", arguments=()):
     if note:
         print(note, flush=True)
     return args
+
+
+def _writable_folder(parser, folder):
+    """Make the figures' folder, or stop with one line (exit 2) before anything trains when it cannot be written."""
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        parser.error(f"the figures' folder {folder} cannot be written: {error.strerror or error} (--plots DIR "
+                     f"names another)")
 
 
 def repository_on_path():
