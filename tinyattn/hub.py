@@ -65,18 +65,25 @@ def load_model(cls, config_class, translation, name_or_folder, overrides=None):
     config = config_class(**{**translation.config_from_hf(read_config(folder), folder), **(overrides or {})})
     state, origin = translation.state_dict_from_hf(read_weights(folder), config, folder)
     model = cls(config)
-    wrong = []
-    for name, own in model.state_dict().items():
-        if name in state and tuple(state[name].shape) != tuple(own.shape):
-            (key, transposed), stored, needed = origin[name], tuple(state[name].shape), tuple(own.shape)
-            wrong.append(f"{key} is {stored[::-1] if transposed else stored}, the model needs "
-                         f"{needed[::-1] if transposed else needed}")
-    if wrong:
-        raise PretrainedError(f"{folder} holds tensors of another shape than its {CONFIG} describes: "
-                              + "; ".join(wrong[:5]) + (f" (and {len(wrong) - 5} more)" if len(wrong) > 5 else ""))
+    _check_shapes(model, state, origin, folder)
     model.to(dtype=next(iter(state.values())).dtype)
     model.load_state_dict(state)
     return model.eval()
+
+
+def _check_shapes(model, state, origin, folder):
+    """Refuse, by the file's keys and in the file's layout, tensors whose shape the model does not have. (A function
+    of its own: a loop variable left holding the last parameter, the head, would keep its first values alive while
+    they are replaced, 150 MB more at the peak for GPT-2 small.)"""
+    wrong = []
+    for name, shape in ((name, tuple(own.shape)) for name, own in model.state_dict().items()):
+        if name in state and tuple(state[name].shape) != shape:
+            (key, transposed), stored = origin[name], tuple(state[name].shape)
+            wrong.append(f"{key} is {stored[::-1] if transposed else stored}, the model needs "
+                         f"{shape[::-1] if transposed else shape}")
+    if wrong:
+        raise PretrainedError(f"{folder} holds tensors of another shape than its {CONFIG} describes: "
+                              + "; ".join(wrong[:5]) + (f" (and {len(wrong) - 5} more)" if len(wrong) > 5 else ""))
 
 
 def read_json(path, missing):
