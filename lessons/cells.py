@@ -1,5 +1,6 @@
-"""A lesson's cells, read from its `# %%` markers (the format VS Code, Jupyter's jupytext and Spyder share): the
-stepper and the notebook writer both start here."""
+"""A lesson's cells, read from its `# %%` markers (the format VS Code, Jupyter's jupytext and Spyder share), with the
+line each starts on, for the stepper (the notebook writer reads the same cells with jupytext; a test holds the two
+readings equal)."""
 from dataclasses import dataclass
 
 

@@ -1,8 +1,9 @@
 """A lesson as a Jupyter notebook: `python -m lessons 02 --notebook [--out DIR]` writes 02_dates_attention.ipynb.
 
-Markdown cells stay markdown, code cells stay code, in the file's order. The notebook imports everything from the
-installed tinyattn package, so it runs wherever it is saved; TINYATTN_QUICK=1 in the kernel's environment runs the
-lesson's --quick configuration. Figures show inline and are still written under plots/.
+jupytext reads the lesson's `# %%` cells (markdown cells stay markdown, code cells stay code, in the file's order) and
+nbformat writes the notebook. The notebook imports everything from the installed tinyattn package, so it runs
+wherever it is saved; TINYATTN_QUICK=1 in the kernel's environment runs the lesson's --quick configuration. Figures
+show inline and are still written under plots/.
 
 An exercise as a notebook: `python -m lessons exercises --notebook [--out DIR] [NAME ...]` writes NAME.ipynb, the
 exercise's statement, its code to fill in (from lessons/exercises/NAME.py as it is now) and a last cell that grades
@@ -12,30 +13,35 @@ import ast
 import json
 import os
 
-from lessons.cells import raw_cells
+KERNEL = {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+          "language_info": {"name": "python"}}
 
 
-def _source(text):
-    lines = text.rstrip("\n").split("\n")
-    return [line + "\n" for line in lines[:-1]] + lines[-1:]
+def _notebook_tools():
+    """jupytext and nbformat, which the notebook extra installs; without them, one line saying how to get them."""
+    try:
+        import jupytext
+        import nbformat
+    except ImportError as error:
+        raise ImportError(f"writing notebooks needs jupytext and nbformat ({error.name} is missing): "
+                          "pip install -e '.[notebook]'") from None
+    return jupytext, nbformat
 
 
 def notebook(path):
-    """The notebook (a dict in nbformat 4.5) of a lesson file."""
-    return _notebook([(kind, text, {}) for kind, text, _ in raw_cells(path)])
+    """The notebook (an nbformat 4 notebook) of a lesson file, read by jupytext from its `# %%` cells."""
+    jupytext, _ = _notebook_tools()
+    made = jupytext.read(path, fmt="py:percent")
+    made.metadata = dict(KERNEL)              # no jupytext pairing: the notebook stands on its own
+    return made
 
 
 def _notebook(cells):
     """The notebook of cells, each (kind, text, metadata)."""
-    made = []
-    for i, (kind, text, metadata) in enumerate(cells):
-        cell = {"cell_type": kind, "id": f"cell-{i}", "metadata": metadata, "source": _source(text)}
-        if kind == "code":
-            cell.update(execution_count=None, outputs=[])
-        made.append(cell)
-    return {"cells": made, "nbformat": 4, "nbformat_minor": 5,
-            "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
-                         "language_info": {"name": "python"}}}
+    _, nbformat = _notebook_tools()
+    new = {"markdown": nbformat.v4.new_markdown_cell, "code": nbformat.v4.new_code_cell}
+    return nbformat.v4.new_notebook(cells=[new[kind](text.strip("\n"), metadata=metadata)
+                                           for kind, text, metadata in cells], metadata=dict(KERNEL))
 
 
 def notebook_path(path, out_dir=None):
@@ -55,9 +61,8 @@ def write_notebook(path, out_dir=None, build=notebook, force=False):
         raise FileExistsError(f"{target} exists (your worked notebook?) and is kept: --force overwrites it, or "
                               f"--out DIR writes elsewhere")
     os.makedirs(out_dir, exist_ok=True)
-    with open(target, "w", encoding="utf-8") as f:
-        json.dump(build(path), f, indent=1)
-        f.write("\n")
+    _, nbformat = _notebook_tools()
+    nbformat.write(build(path), target)
     return target
 
 

@@ -130,3 +130,16 @@ def test_the_stepper_without_a_terminal_stops_on_ctrl_c(tmp_path):
     ran = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
                          stdin=subprocess.DEVNULL)
     assert "stopped" in ran.stdout and "three" not in ran.stdout               # the cells after it did not run
+
+
+def test_every_lessons_notebook_holds_the_cells_the_stepper_steps_through(tmp_path):
+    """The notebook writer reads a lesson with jupytext, the stepper with lessons.cells: the same cells, in order."""
+    import json
+
+    from lessons.__main__ import lesson_files
+    from lessons.cells import raw_cells
+    from lessons.notebook import write_notebook
+    for path in lesson_files():
+        cells = json.loads(pathlib.Path(write_notebook(path, tmp_path)).read_text())["cells"]
+        assert [(c["cell_type"], "".join(c["source"]).strip("\n")) for c in cells] == \
+            [(kind, text.strip("\n")) for kind, text, _ in raw_cells(path)], path
