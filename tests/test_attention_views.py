@@ -112,3 +112,14 @@ def test_the_views_respond_in_a_real_browser(tmp_path):
         assert [url for url in requested_urls(driver) if not url.startswith(("file:", "data:"))] == []
     finally:
         driver.quit()
+
+
+def test_the_explorer_prints_its_map_as_text_when_stepping_without_a_display(monkeypatch, capsys):
+    weights = np.array([[[[1.0, 0.0], [0.25, 0.75]]]])                 # (layers, heads, queries, keys)
+    monkeypatch.setenv("TINYATTN_SHOW_FIGURES", "0")                  # what the stepper sets over SSH
+    viz.explore_attention(weights, ["a", "b"], ["x", "y"], title="toy")
+    out = capsys.readouterr().out
+    assert out.startswith("toy, layer 0, head 0") and viz.attention_text(weights[0, 0], ["x", "y"], ["a", "b"]) in out
+    monkeypatch.delenv("TINYATTN_SHOW_FIGURES")                       # a plain script prints nothing
+    viz.explore_attention(weights, ["a", "b"], ["x", "y"], title="toy")
+    assert capsys.readouterr().out == ""

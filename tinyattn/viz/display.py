@@ -21,6 +21,12 @@ def static_page():
     return os.environ.get("TINYATTN_STATIC_PAGE") == "1"
 
 
+def stepping_without_windows():
+    """True when a lesson is stepped through where no window can open (the stepper sets TINYATTN_SHOW_FIGURES=0 there:
+    an SSH login, a terminal without a display): text views stand in for figures on screen."""
+    return not in_notebook() and os.environ.get("TINYATTN_SHOW_FIGURES") == "0"
+
+
 def showing_windows():
     """True when figures should also open in windows (stepping a lesson on a display)."""
     return not in_notebook() and os.environ.get("TINYATTN_SHOW_FIGURES") == "1"

@@ -4,8 +4,8 @@ window (stepping a lesson on a display) matplotlib sliders; elsewhere there is t
 import matplotlib.pyplot as plt
 import numpy
 
-from .attention_html import attention_html
-from .display import in_notebook, showing_windows, static_page
+from .attention_html import attention_html, attention_text
+from .display import in_notebook, showing_windows, static_page, stepping_without_windows
 from .figures import TICK_SIZE, _token_labels, attention_heatmap, stack_maps
 
 MAX_TICK_LABELS = 40          # beyond this many tokens an axis shows numbers, not labels
@@ -80,7 +80,8 @@ class AttentionExplorer:
 def explore_attention(maps, x_labels=None, y_labels=None, title="attention"):
     """An AttentionExplorer with its controls where it is shown: ipywidgets sliders in a notebook, matplotlib
     sliders in a window when stepping a lesson on a display; on a static page (the course site) the HTML head view
-    (attention_html), which needs no kernel; elsewhere (a script, a test) the figure alone, not shown: call
+    (attention_html), which needs no kernel; when stepping in a terminal without a display, the first layer and
+    head as text (attention_text); elsewhere (a script, a test) the figure alone, not shown: call
     .select(layer, head, query) and save .figure."""
     explorer = AttentionExplorer(maps, x_labels, y_labels, title)
     if in_notebook():
@@ -106,5 +107,8 @@ def explore_attention(maps, x_labels=None, y_labels=None, title="attention"):
         explorer.add_sliders()
         plt.show(block=False)
     else:
+        if stepping_without_windows():               # an SSH login: the map where the learner can see it
+            print(f"{title}, layer 0, head 0 (explorer.select(layer, head) redraws the figure for another):\n"
+                  + attention_text(explorer.maps[0, 0], explorer.y_labels, explorer.x_labels), flush=True)
         plt.close(explorer.figure)                   # nothing will show it; select() still redraws it for saving
     return explorer
