@@ -65,8 +65,8 @@ def _report(which, tile, where, record, name, mine, expected, why):
     if why is None:
         row = np.argwhere(~np.isclose(mine, expected, rtol=1e-9, atol=1e-12, equal_nan=True))[0]
         first = tuple(int(i) for i in row)
-        why = (f"{name} differs, by up to {gap:.3g}; first at index {first}: yours {mine[first]!r}, the library's "
-               f"{expected[first]!r}")
+        why = (f"{name} differs, by up to {gap:.3g}; first at index {first}: yours {float(mine[first]):.10g}, "
+               f"the library's {float(expected[first]):.10g}")
     return {"tile": tile, "rows": record["rows"], "cols": record["cols"], "name": name, "yours": mine,
             "library": expected, "max_abs_difference": gap, "text": f"{which} tile {tile}{where}: {why}"}
 
@@ -78,20 +78,29 @@ def small_case(seed=0, n=40, m=40, dim=8, heads=2):
             rng.standard_normal((1, heads, m, dim)))
 
 
-def compare_traces(function, which="forward", is_causal=True, block_size=16, seed=0):
+def record_trace(function, q, k, v, grad, is_causal, block_size):
+    """The trace(...) calls of function's forward and of its backward from dO = grad, on q, k, v without a mask
+    (scale 1/sqrt(E)): two lists, one tuple of arrays per call. The grader's child runs this on the learner's
+    Function, so that only the calls' arrays travel back."""
+    leaves = [ta.tensor(a, requires_grad=True) for a in (q, k, v)]
+    with recording_trace() as calls:
+        out = function.apply(*leaves, None, 1 / np.sqrt(q.shape[-1]), is_causal, False, block_size)
+        forward_calls = len(calls)
+        out.backward(ta.tensor(grad))
+    return calls[:forward_calls], calls[forward_calls:]
+
+
+def compare_traces(function, which="forward", is_causal=True, block_size=16, seed=0, record=None):
     """Run function (a flash attention Function with forward(ctx, q, k, v, mask, scale, is_causal, enable_gqa,
     block_size), as the exercises' FlashAttention) forward and backward on small_case(seed) with trace recorded,
     and the library's traced reference on the same inputs; first_difference of the pass `which` ("forward": the
     calls trace(m, l, acc); "backward": trace(p, grad_s)). None where the learner's code made no trace call, or
-    where their trace is the library's to within rounding."""
+    where their trace is the library's to within rounding. record(q, k, v, grad, is_causal, block_size) gives the
+    two passes' calls where they are recorded elsewhere (the grader's child); by default record_trace(function, ...)
+    here."""
     q, k, v = small_case(seed)
-    scale = 1 / np.sqrt(q.shape[-1])
     grad = np.random.default_rng(seed + 1).standard_normal(q.shape)
-    leaves = [ta.tensor(a, requires_grad=True) for a in (q, k, v)]
-    with recording_trace() as calls:
-        out = function.apply(*leaves, None, scale, is_causal, False, block_size)
-        forward_calls = len(calls)
-        out.backward(ta.tensor(grad))
-    learner = calls[:forward_calls] if which == "forward" else calls[forward_calls:]
+    record = record or (lambda *arrays_and_options: record_trace(function, *arrays_and_options))
+    forward, backward = record(q, k, v, grad, is_causal, block_size)
     reference = trace_flash_attention(q, k, v, is_causal=is_causal, block_size=block_size, grad_output=grad)
-    return first_difference(learner, reference.records, which)
+    return first_difference(forward if which == "forward" else backward, reference.records, which)

@@ -188,6 +188,44 @@ def test_an_induction_score_averaged_over_every_query_fails_on_the_perfect_patte
     assert "yours 0.5, reference 1;" in out                      # 5 of the 10 queries of each sequence count
 
 
+FORGETS_TO_RESCALE_ACC = ("acc = alpha * acc + p @ v", "acc = acc + p @ v")
+TRACE = "your trace beside the library's, at the first tile where they differ"
+
+
+@instructors
+def test_a_flash_forward_that_forgets_to_rescale_acc_shows_its_trace_beside_the_librarys(tmp_path, capsys):
+    """The learner's trace(m, l, acc) calls come back from the child as arrays: the first tile where acc leaves the
+    library's is named (causal blocks of 16: tile 2 is the first to add to an acc summed against an older max), with
+    both sides' acc, after the failure; the verdict stays the steps'."""
+    code, out = grade(capsys, "flash_forward", "--file", with_mistake(tmp_path, "flash_forward",
+                                                                     FORGETS_TO_RESCALE_ACC))
+    assert code == 1 and "FAIL  gradcheck in float64 on q, k, v" in out and "flash_forward: FAILED" in out
+    assert out.index("FAIL  gradcheck") < out.index(TRACE)
+    assert "forward tile 2 (query rows 16-31, keys 16-31): acc differs" in out
+    assert "acc, yours (head 0, shape (16, 8)):" in out and "acc, the library's (head 0, shape (16, 8)):" in out
+
+
+@instructors
+def test_a_flash_backward_without_its_row_term_shows_the_first_tile_whose_ds_differs(tmp_path, capsys):
+    mine = with_mistake(tmp_path, "flash_backward", ("grad_s = p * (grad_p - D[..., rows, :])", "grad_s = p * grad_p"))
+    code, out = grade(capsys, "flash_backward", "--file", mine)
+    assert code == 1 and TRACE in out
+    assert "backward tile 0 (query rows 0-15, keys 0-15): ds differs" in out and "ds, yours (head 0" in out
+
+
+@instructors
+def test_no_trace_calls_or_a_passing_solution_show_no_trace(tmp_path, capsys):
+    """The trace is optional: a failing loop that never calls trace, a passing solution and the untouched stub show
+    no trace section, and nothing about it fails."""
+    mine = with_mistake(tmp_path, "flash_forward", FORGETS_TO_RESCALE_ACC, ("trace(m, l, acc)", "pass"))
+    code, out = grade(capsys, "flash_forward", "--file", mine)
+    assert code == 1 and "FAIL  gradcheck in float64 on q, k, v" in out and TRACE not in out
+    code, out = grade(capsys, "flash_forward", "--solution")
+    assert code == 0 and TRACE not in out
+    code, out = grade(capsys, "flash_backward")
+    assert code == 1 and "not implemented yet" in out and TRACE not in out
+
+
 @instructors
 def test_float64_in_a_float32_backward_fails(tmp_path, capsys):
     mine = with_mistake(tmp_path, "label_smoothing", (".astype(log_p.dtype)", ""))

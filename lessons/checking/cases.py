@@ -1,5 +1,6 @@
 """The twelve checks, in the order of the lessons, and the inputs they draw."""
 import functools
+import textwrap
 
 import numpy as np
 
@@ -9,8 +10,9 @@ from lessons import mistakes
 from lessons.checking.comparison import (assert_close, assert_stays_float32, compare_paths, forward_backward,
                                          gradcheck, gradcheck_along_directions_first, runs_forward_and_backward)
 from lessons.checking.registry import exercise
-from lessons.checking.steps import Mismatch, step
+from lessons.checking.steps import Failed, Mismatch, Run, indented, step
 from lessons.checking.training import TRAINING_STEPS, train_like_the_reference
+from lessons.flash_trace_compare import compare_traces
 from tinyattn import interpret, models, nn
 
 
@@ -231,8 +233,38 @@ def _with_block_size(function, block_size):
     return SmallBlocks
 
 
-def _check_flash(function):
-    """flash_forward and flash_backward: each leaves one half to the library, so both are graded as a whole."""
+def _check_flash(function, which):
+    """flash_forward and flash_backward: each leaves one half to the library, so both are graded as a whole. After a
+    failure, the learner's trace of the pass `which` ("forward" or "backward") beside the library's."""
+    try:
+        _flash_steps(function)
+    except Failed:
+        _show_trace(function, which)
+        raise
+    if not all(passed for _, passed in Run.steps):            # a grade runs every step: the trace after them
+        _show_trace(function, which)
+
+
+def _show_trace(function, which):
+    """Where the learner's loop calls trace(...) (lessons/exercises/given.py): its values beside the library's at
+    the first tile where they differ (lessons/flash_trace_compare.py), head 0 of each array. Nothing where the loop
+    makes no trace call or agrees with the library's: an explanation of a failure, never a failure of its own."""
+    try:
+        difference = compare_traces(function, which, record=getattr(function, "trace_calls", None))
+    except Exception:              # the learner's code fails on the trace's case: the steps have said how already
+        return
+    if difference is None:
+        return
+    print("        your trace beside the library's, at the first tile where they differ:")
+    print(indented(difference["text"]))
+    if difference["name"] is not None:
+        for whose, array in (("yours", difference["yours"]), ("the library's", difference["library"])):
+            head = array[0, 0] if array.ndim > 2 else array
+            print(f"          {difference['name']}, {whose} (head 0, shape {head.shape}):")
+            print(textwrap.indent(np.array2string(head, precision=4, max_line_width=104), " " * 12))
+
+
+def _flash_steps(function):
     q, k, v = normal(2, 2, 5, 3), normal(2, 2, 7, 3, seed=1), normal(2, 2, 7, 4, seed=2)
     cases = {  # (q, k, v, mask, is_causal, enable_gqa, block_size)
         "no mask, 5 queries and 7 keys in blocks of 2": (q, k, v, None, False, False, 2),
@@ -265,12 +297,12 @@ def _check_flash(function):
 
 @exercise("04", "flash attention's forward", given=["FlashAttention.backward"])
 def flash_forward(learner):
-    _check_flash(learner.FlashAttention)
+    _check_flash(learner.FlashAttention, "forward")
 
 
 @exercise("04", "flash attention's backward", given=["FlashAttention.forward"])
 def flash_backward(learner):
-    _check_flash(learner.FlashAttention)
+    _check_flash(learner.FlashAttention, "backward")
 
 
 @exercise("05", "LayerNorm, forward and backward", twins=["layer_norm"])

@@ -15,6 +15,7 @@ import numpy as np
 import tinyattn as ta
 import tinyattn.functional as F
 from lessons.checking import learners_file, protocol
+from lessons.flash_trace_compare import record_trace
 from tinyattn import backend
 from tinyattn.tensor import Context
 
@@ -119,6 +120,15 @@ class Child:
 
     def call(self, name, args, kwargs):
         return to_host(self.names[name](*self._on_device(args), **self._on_device(kwargs)))
+
+    def trace(self, name, q, k, v, grad, is_causal, block_size):
+        """The trace(...) calls (lessons/exercises/given.py) that the learner's flash attention Function name makes
+        in a forward and a backward on the parent's arrays: [forward's, backward's], lists of tuples of arrays."""
+        calls = to_host(list(record_trace(self.names[name], *self._on_device([q, k, v, grad]), is_causal,
+                                          block_size)))
+        if any(np.asarray(a).dtype.kind not in "biuf" for call in calls[0] + calls[1] for a in call):
+            raise TypeError("trace(...) takes arrays of numbers")
+        return calls
 
     def _on_device(self, value):
         """value with its arrays on the device the parent asked for (the parent sends NumPy arrays)."""

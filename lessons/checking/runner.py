@@ -207,6 +207,12 @@ class Learner:
                 def backward(ctx, grad):
                     return _on_device(learner.request("backward", handle=ctx.handle, grad=child.to_host(grad)),
                                       _device_of([grad]))
+                @staticmethod
+                def trace_calls(q, k, v, grad, is_causal, block_size):
+                    """The trace(...) calls of a flash attention Function's forward and backward, made in the
+                    child (lessons/flash_trace_compare.py's record_trace)."""
+                    return learner.request("trace", name=name, q=q, k=k, v=v, grad=grad, is_causal=is_causal,
+                                           block_size=block_size)
             Remote.__name__ = Remote.__qualname__ = name
             return Remote
 
