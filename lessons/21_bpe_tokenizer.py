@@ -193,6 +193,8 @@ print(f"tinyattn.data.bpe.train learns the same {n_by_hand} merges")
 # (the leftmost where it stands twice), and repeat until no neighbouring pair is a merge. Rank, not frequency,
 # decides: the merges are replayed as training made them. The pieces repeat endlessly in any text (' the', '    '),
 # so a cache of finished pieces makes encoding fast.
+# Exercise: the merge step and this loop, `lessons/exercises/bpe.py` (`python -m lessons check bpe` holds their ids
+# to the library's on 1,000 probe strings, as the end of this lesson holds the library's to `tokenizers`).
 
 # %%
 vocab_size = 1000 if args.quick else 4000

@@ -227,6 +227,32 @@ def test_no_trace_calls_or_a_passing_solution_show_no_trace(tmp_path, capsys):
 
 
 @instructors
+def test_a_bpe_merge_that_reuses_the_right_half_is_named_with_the_first_string_whose_ids_differ(tmp_path, capsys):
+    """A merge step that joins the pair and still keeps its right half: the given encode runs, and the comparison
+    with the library's ByteLevelBPE on the probe strings names the first string that differs, with both sides' ids
+    and tokens from the first id that differs."""
+    mine = with_mistake(tmp_path, "bpe", ("i += 2", "i += 1"))
+    code, out = grade(capsys, "bpe", "--file", mine)
+    assert code == 1 and "ok    your merge and encode_piece run" in out
+    assert "FAIL  ids equal the library's ByteLevelBPE's (500 merges) on the 1,000 probe strings" in out
+    assert "strings; the first is string 0 (scripts): '" in out
+    assert "yours: 101 ids; from position 0 on: [" in out and "the library's: 79 ids; from position 0 on: [" in out
+    assert "= tokens [" in out
+
+
+@instructors
+def test_a_bpe_that_calls_the_librarys_tokenizer_is_refused(tmp_path, capsys):
+    mine = tmp_path / "bpe.py"
+    mine.write_text("import numpy as np\n\nfrom tinyattn.data.bpe import ByteLevelBPE\n\n\n"
+                    "def encode_batch(texts, vocab, merges, special_tokens):\n"
+                    "    tokenizer = ByteLevelBPE(vocab, merges, {t: vocab[t] for t in special_tokens})\n"
+                    "    return [np.array(tokenizer.encode(text).ids) for text in texts]\n")
+    code, out = grade(capsys, "bpe", "--file", str(mine))
+    assert code == 1 and "bpe: REFUSED" in out and "FAIL  your own work" in out
+    assert "ByteLevelBPE of the library" in out and "was called by the submission" in out
+
+
+@instructors
 def test_float64_in_a_float32_backward_fails(tmp_path, capsys):
     mine = with_mistake(tmp_path, "label_smoothing", (".astype(log_p.dtype)", ""))
     code, out = grade(capsys, "label_smoothing", "--file", mine)

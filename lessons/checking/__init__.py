@@ -8,7 +8,7 @@
 - submission.py: the learner's names as a check reads them.
 - comparison.py: comparisons with the reference path and diagnoses (which gradient is wrong, which mistake).
 - training.py: training a small model with the learner's Functions like the reference path.
-- cases.py: the twelve checks and the inputs they draw.
+- cases.py: the thirteen checks and the inputs they draw.
 - runner.py: the parent's side of a submission run apart: one child process per submission, its time limit, its
   output, why it stopped; the learner's names as stand-ins whose calls run in the child.
 - child.py: the child's side: loads the private copy of one file under an audit hook, computes what it is asked.

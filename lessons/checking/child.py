@@ -177,7 +177,8 @@ def describe(error):
 
 def _stand_in(twin, child):
     """Put a stand-in in place of the library's twin of what the learner hands in, wherever the library holds it:
-    twin is a public function with twins ("softmax": both of its Functions) or "module:function". The stand-in's
+    twin is a public function with twins ("softmax": both of its Functions) or "module:name", a function or a class
+    (constructing it is the call: "tinyattn.data.bpe:ByteLevelBPE"). The stand-in's
     code reads as the library's file (so the source check refuses a re-export of it as the library's code); called,
     it records why the submission is refused and raises."""
     if ":" in twin:
@@ -189,11 +190,11 @@ def _stand_in(twin, child):
     for original in originals:
         why = f"{original.__name__} of the library ({inspect.getfile(original)}) was called by the submission: a " \
               f"submission computes what it hands in itself"
-        if isinstance(original, type):
+        if isinstance(original, type) and issubclass(original, ta.Function):
             source = ("class Twin(Function):\n    @staticmethod\n    def forward(ctx, *args, **kwargs):\n"
                       "        refuse()\n\n    @staticmethod\n    def backward(ctx, grad):\n        refuse()\n")
         else:
-            source = "def Twin(*args, **kwargs):\n    refuse()\n"
+            source = "def Twin(*args, **kwargs):\n    refuse()\n"           # a function, or a class to construct
         scope = {"Function": ta.Function, "refuse": functools.partial(child.refuse, why)}
         exec(compile(source, inspect.getfile(original), "exec"), scope)
         stand_in = scope["Twin"]

@@ -5,11 +5,13 @@
 - grouped_query reuses attention itself: `attend` and `attend_backward` are lesson 03's forward and backward on
   arrays whose leading dims broadcast, with masks.
 - attention's dropout draws the weights it drops with `dropout_scale`, as the library's attention draws them.
+- bpe's `split_special` cuts a text at its special tokens, which BPE never splits or merges.
 - `trace` lets flash_forward and flash_backward show their block loop: call it at the end of each block step, and
   where a trace is being recorded (`recording_trace`, as the checker does) your values are kept, to be set beside
   the library's (lessons/flash_trace_compare.py); elsewhere it does nothing.
 """
 import contextlib
+import re
 
 from tinyattn.backend import xp_of
 from tinyattn.functional.attention_inputs import additive_mask
@@ -88,3 +90,12 @@ def dropout_scale(shape, dropout_p, like):
     for each kept, so that the expected weight stays the same. Drawn from tinyattn's seeded generator, with like's
     dtype and device, as the library's attention draws it: with the same seed, yours drops the same weights."""
     return keep_mask(shape, dropout_p, like).astype(like.dtype) * (1.0 / (1.0 - dropout_p))
+
+
+def split_special(text, special_tokens):
+    """text cut at its special tokens: [(stretch, is_special)] in order, the longest special token first where two
+    start at the same place. The stretches between them are ordinary text (never empty)."""
+    if not special_tokens:
+        return [(text, False)] if text else []
+    pattern = "(" + "|".join(re.escape(t) for t in sorted(special_tokens, key=len, reverse=True)) + ")"
+    return [(part, i % 2 == 1) for i, part in enumerate(re.split(pattern, text)) if part]
