@@ -6,6 +6,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -676,3 +677,45 @@ def test_the_pipes_messages_carry_arrays_and_plain_values_and_refuse_anything_el
     for garbage in (b"\x07\x00\x00\x00{\"a\":1}", b"\x18\x00\x00\x00{\"array\":[\"|O\",[1]]}", b"\x01\x00"):
         with pytest.raises(protocol.Garbled):
             protocol.decode(garbage)
+
+
+def _alive(pid):
+    """Whether a process runs as pid (a zombie, dead and waiting to be reaped, is not)."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return "\nState:\tZ" not in status.read()
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc; PR_SET_PDEATHSIG is Linux's")
+def test_no_child_outlives_its_grading_even_one_that_forges_its_end_or_whose_grader_is_killed(tmp_path, capsys):
+    """A child that wrote garbage into every file descriptor it had (the fork server's report of its end among them,
+    once) and then looped ran on forever at full speed; so did one whose grading process was killed."""
+    pid_file = tmp_path / "pid"
+    loop = (f"import os\n        open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+            "        for fd in range(3, 64):\n            try:\n                os.write(fd, b'\\xff' * 64)\n"
+            "            except OSError:\n                pass\n        while True:\n            pass")
+    code, out = grade(capsys, "softmax_backward", "--file", softmax_file(tmp_path, loop), "--timeout", "20")
+    assert code == 1 and "returned something that is not a result" in out
+    pid = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid), f"the child {pid} still runs after its grading ended"
+
+    pid_file.unlink()
+    looping = softmax_file(tmp_path, f"import os\n        open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+                                     "        while True:\n            pass")
+    grader = subprocess.Popen([sys.executable, "-m", "lessons", "check", "softmax_backward", "--file", looping],
+                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not pid_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    grader.kill()
+    grader.wait()
+    pid = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid), f"the child {pid} still runs after its grading process was killed"

@@ -38,6 +38,16 @@ def serve(connection, output, memory_limit):
     with open(output, "ab", buffering=0) as sink:
         sys.stdout.flush(), sys.stderr.flush()
         os.dup2(sink.fileno(), 1), os.dup2(sink.fileno(), 2)
+    if sys.platform == "linux":               # die with the process that started this one, should it be killed
+        import ctypes
+        import signal
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)                     # 1: PR_SET_PDEATHSIG
+    if os.name == "posix" and hasattr(connection, "fileno"):
+        # Nothing but the pipe and the output stays open: a file descriptor inherited from the process that started
+        # this one (a fork server's report of how its children end) would let the learner's code forge it.
+        keep = connection.fileno()
+        os.closerange(3, keep)
+        os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
     if memory_limit:
         import resource
         resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
