@@ -28,7 +28,7 @@ import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import models, viz
 from tinyattn.models.transformer import EncoderLayer
-from tinyattn.tools.memory import track_modules
+from tinyattn.memory import track_modules
 from tinyattn.lesson import options, plot_path, report
 
 args = options(__doc__)

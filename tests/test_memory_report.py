@@ -1,4 +1,4 @@
-"""ta.memory_report (tools/memory.py): what every Function keeps for backward, counted exactly."""
+"""ta.memory_report (memory.py): what every Function keeps for backward, counted exactly."""
 import gc
 import tracemalloc
 
@@ -8,7 +8,7 @@ import pytest
 import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import models
-from tinyattn.tools.memory import OUTSIDE, track_modules
+from tinyattn.memory import OUTSIDE, track_modules
 
 B, H, L, E = 2, 3, 40, 8
 

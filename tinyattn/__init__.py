@@ -30,7 +30,7 @@ from . import nn, optim, utils
 from . import einops_backend
 from .serialization import CheckpointError, load, save
 from . import cuda
-from .tools.memory import memory_report
+from .memory import memory_report
 
 __version__ = "0.1.0"
 

@@ -21,8 +21,8 @@ import functools
 import inspect
 import textwrap
 
-from .. import backend
-from ..tensor import Tensor
+from . import backend
+from .tensor import Tensor
 
 OUTSIDE = "(no module)"
 
