@@ -126,8 +126,14 @@ def head_score_map(scores, title=None, label="score", ax=None):
         ax.text(head, layer, f"{value:.2f}", ha="center", va="center", fontsize=TICK_SIZE,
                 color="black" if value > 0.6 else "white")
     ax.set_xticks(range(heads), labels=[str(h) for h in range(heads)], fontsize=TICK_SIZE)
+    return _by_layer(image, ax, "head", title, label, fig)
+
+
+def _by_layer(image, ax, columns, title, label, fig):
+    """A (layers x columns) map's layer axis, axis names, title and colour bar; its figure."""
+    layers = image.get_array().shape[0]
     ax.set_yticks(range(layers), labels=[str(layer) for layer in range(layers)], fontsize=TICK_SIZE)
-    ax.set_xlabel("head")
+    ax.set_xlabel(columns)
     ax.set_ylabel("layer")
     if title:
         ax.set_title(title, fontsize=9)
@@ -149,13 +155,7 @@ def patching_map(effect, columns="head", tokens=None, title=None, label="metric"
     image = ax.imshow(effect, cmap="RdBu_r", vmin=-bound, vmax=bound, aspect="auto")
     labels = _token_labels(tokens) if tokens is not None else [str(i) for i in range(width)]
     ax.set_xticks(range(width), labels=labels, fontsize=TICK_SIZE, rotation=90 if tokens is not None else 0)
-    ax.set_yticks(range(layers), labels=[str(layer) for layer in range(layers)], fontsize=TICK_SIZE)
-    ax.set_xlabel(columns)
-    ax.set_ylabel("layer")
-    if title:
-        ax.set_title(title, fontsize=9)
-    _colorbar(image, ax, label)
-    return fig or ax.figure
+    return _by_layer(image, ax, columns, title, label, fig)
 
 
 def patch_attention(image, weights, grid, ax=None, title=None, colorbar=True):
