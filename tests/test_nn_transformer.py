@@ -101,6 +101,16 @@ def test_stacks_hold_independent_copies_of_the_layer():
     assert encoder.num_layers == 3 and encoder.norm is None and len(encoder.layers) == 3
 
 
+def test_custom_encoder_and_decoder_take_the_stacks_places():
+    encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(E, H, FF), num_layers=1)        # no final norm
+    decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(E, H, FF), num_layers=2, norm=nn.LayerNorm(E))
+    model = nn.Transformer(E, H, custom_encoder=encoder, custom_decoder=decoder, device="cpu")
+    assert model.encoder is encoder and model.decoder is decoder
+    keys = list(model.state_dict())
+    assert "encoder.norm.weight" not in keys and "decoder.layers.1.norm3.bias" in keys and "decoder.norm.bias" in keys
+    assert model(ta.randn(S, B, E), ta.randn(T, B, E)).shape == (T, B, E)
+
+
 def test_transformer_draws_every_matrix_with_xavier_uniform_and_leaves_vectors():
     model = nn.Transformer(E, H, 1, 1, FF)
     for name, p in model.named_parameters():
