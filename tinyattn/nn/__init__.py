@@ -12,6 +12,8 @@ from .loss import BCEWithLogitsLoss, CrossEntropyLoss, KLDivLoss, MSELoss, NLLLo
 from .module import Module, ModuleDict, ModuleList, Parameter, Sequential
 from .multihead_attention import MultiheadAttention
 from .rnn import GRU, GRUCell, LSTM, LSTMCell, RNN, RNNCell
+from .transformer import (Transformer, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder,
+                          TransformerEncoderLayer)
 from . import utils
 from .attention import AdditiveAttention, KVCache, MultiHeadAttention, SelfAttention2d
 from .window_attention import WindowAttention, shifted_window_mask, window_partition, window_reverse

@@ -5,6 +5,8 @@ use: self- and cross-attention with GQA, a KV cache and the flash path.
 PyTorch's conventions here differ from F.scaled_dot_product_attention's: a boolean attn_mask is True where
 attention is NOT allowed, key_padding_mask is True at padding, inputs are (L, N, E) unless batch_first, and the
 forward returns (output, weights) with the weights averaged over heads unless average_attn_weights=False.
+is_causal is a hint that attn_mask is the causal mask; as in PyTorch, without a key_padding_mask and with
+need_weights=False the causal mask (top-left) is the one applied, whatever attn_mask holds.
 keep_weights=True (an attribute, as nn.MultiHeadAttention's) keeps each forward's (N, H, L, S) weights, before
 dropout, in .last_weights, asked for or not: tinyattn.interpret records them. Its activation points are
 nn.MultiHeadAttention's (hook_q, hook_k, hook_v, hook_attn_scores, hook_pattern, hook_z) but hook_result.
@@ -12,6 +14,7 @@ nn.MultiHeadAttention's (hook_q, hook_k, hook_v, hook_attn_scores, hook_pattern,
 import math
 
 from .. import functional as F
+from ..backend import xp_of
 from ..tensor import Tensor, as_array
 from . import init
 from .hook_point import add_points
@@ -64,6 +67,9 @@ class MultiheadAttention(Module):
         length, batch, _ = query.shape
         q, k, v = (self._heads(x, batch) for x in self._projections(query, key, value))   # (N, H, L or S, E/H)
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
+        if is_causal and key_padding_mask is None and not need_weights:       # PyTorch's road to causal SDPA
+            allowed = F.attention_inputs.causal_mask(length, k.shape[2], xp_of(as_array(q)))
+            attn_mask = Tensor(~allowed)                                         # True: may NOT attend
         scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim)) + self._bias(
             attn_mask, key_padding_mask, batch, length, k.shape[2], q)
         probabilities = self.hook_pattern(F.softmax(self.hook_attn_scores(scores), dim=-1))
@@ -89,20 +95,26 @@ class MultiheadAttention(Module):
         """What is added to the scores (N, H, L, S): -inf where a mask forbids, a float attn_mask's values."""
         bias = 0.0
         if attn_mask is not None:
+            expected = {2: (length, keys), 3: (batch * self.num_heads, length, keys)}.get(attn_mask.ndim)
+            if tuple(attn_mask.shape) != expected:
+                raise RuntimeError(f"attn_mask must have shape (L, S) = {(length, keys)} or (N * num_heads, L, S) = "
+                                   f"{(batch * self.num_heads, length, keys)}, got {tuple(attn_mask.shape)}")
             if attn_mask.ndim == 3:                                              # (N * H, L, S)
                 attn_mask = attn_mask.reshape(batch, self.num_heads, length, keys)
-            bias = bias + self._as_bias(attn_mask, like)
+            bias = bias + self._as_bias(attn_mask, "attn_mask", like)
         if key_padding_mask is not None:
             pad = as_array(key_padding_mask)
             if tuple(pad.shape) != (batch, keys) and tuple(pad.shape) != (keys,):
                 raise RuntimeError(f"key_padding_mask must have shape (N, S) = {(batch, keys)}, got {pad.shape}")
-            bias = bias + self._as_bias(pad.reshape(-1, 1, 1, keys), like)
+            bias = bias + self._as_bias(pad.reshape(-1, 1, 1, keys), "key_padding_mask", like)
         return bias
 
     @staticmethod
-    def _as_bias(mask, like):
+    def _as_bias(mask, name, like):
         if mask.dtype == bool:                                                   # True: may NOT attend here
             return Tensor(F.attention_inputs.additive_mask(~as_array(mask), like.dtype))
+        if mask.dtype.kind != "f":
+            raise RuntimeError(f"only bool and floating types of {name} are supported, got {mask.dtype}")
         return mask if isinstance(mask, Tensor) else Tensor(mask)
 
     def extra_repr(self):
