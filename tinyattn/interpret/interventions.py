@@ -35,7 +35,7 @@ def _chosen(model, heads_by_name):
     return chosen
 
 
-def _recording(cache, argument):
+def _check_recording(cache, argument):
     if not isinstance(cache, Recording):
         raise TypeError(f"{argument} must be a Recording (with interpret.record(model) as cache: model(ids)), got "
                         f"{type(cache).__name__}")
@@ -71,7 +71,7 @@ def ablate_heads(model, heads_by_name, how="zero", mean_from=None):
     if mean_from is not None and how != "mean":
         raise ValueError("mean_from is for how='mean'")
     if mean_from is not None:
-        _recording(mean_from, "mean_from")
+        _check_recording(mean_from, "mean_from")
     if how == "mean" and mean_from is None and getattr(model, "is_causal", False):
         raise ValueError(f"{type(model).__name__} is causal: a mean over this input's positions would let later "
                          "tokens change earlier outputs. Record a run for the mean first: with "
@@ -93,7 +93,7 @@ def ablate_heads(model, heads_by_name, how="zero", mean_from=None):
 def patch_heads(model, heads_by_name, source):
     """A context in which the heads {attention name: [head, ...]} output what they output in the run recorded in
     source (a Recording of the same model on inputs of the same shape): activation patching."""
-    _recording(source, "source")
+    _check_recording(source, "source")
     for name in heads_by_name:
         _recorded_heads(source, name, "source")
 
