@@ -237,6 +237,15 @@ def test_interventions_refuse_what_they_cannot_do_and_leave_no_hook():
             pass
     with pytest.raises(ValueError, match="how must be 'zero' or 'mean'"):
         interpret.ablate_heads(model, {"blocks.0.attn": [0]}, how="resample")
+    for head in (1.5, [1.5], True, "1"):                       # 1.5 must not quietly ablate head 1
+        with pytest.raises(TypeError, match=f"a head index of 'blocks.0.attn' must be an integer, got "
+                                            f"{(head[0] if isinstance(head, list) else head)!r}"):
+            interpret.ablate_heads(model, {"blocks.0.attn": head})
+    for context in (lambda: interpret.patch_heads(model, {"blocks.0.attn": [0]}, source={}),
+                    lambda: interpret.ablate_heads(model, {"blocks.0.attn": [0]}, how="mean", mean_from={})):
+        with pytest.raises(TypeError, match=r"(source|mean_from) must be a Recording \(with interpret.record\(model\) "
+                                            r"as cache: model\(ids\)\), got dict"):
+            context()
     assert hooks(model) == 0
 
 

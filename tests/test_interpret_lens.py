@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import tinyattn as ta
-from tinyattn import interpret, viz
+from tinyattn import interpret, nn, viz
 from test_interpret_points import by_hand, gpt, ids
 
 
@@ -98,6 +98,9 @@ def test_a_patching_sweep_is_the_metric_of_the_hand_written_forward_with_that_pi
             assert np.isclose(effect[layer, i], (logits[:, -1, 3] - logits[:, -1, 7]).mean(), atol=1e-10)
     with pytest.raises(ValueError, match=r"one shape to patch between them, got \(2, 9\) and \(2, 7\)"):
         interpret.patching_sweep(model, clean, ids(length=7), metric)
+    no_attention = nn.Sequential(nn.Embedding(11, 8), nn.Linear(8, 11))
+    with pytest.raises(ValueError, match="Sequential has no attention whose heads can be patched .*over='positions'"):
+        interpret.patching_sweep(no_attention, clean, corrupted, metric)
     figure = viz.patching_map(effect, "head" if over == "heads" else "position", title="patching")
     assert len(figure.axes) == 2                                   # the map and its colour bar
     viz.plt.close(figure)

@@ -119,6 +119,8 @@ def test_intervening_on_the_pattern_at_one_position_and_on_a_frozen_scale_change
     with pytest.raises(TypeError, match="intervene takes a function per point; 'ln_f.hook_scale' got float"):
         with interpret.intervene(model, {"ln_f.hook_scale": 1.0}):
             pass
+    with pytest.raises(TypeError, match=r"an index along dim 2 must be an integer, got 4.5 \(float\)"):
+        interpret.replace_at(ta.tensor(np.zeros((1, 2, 9, 9))), 1.0, 2, [4.5])
     assert sum(len(p._forward_hooks) for p in nn.hook_point.named_points(model).values()) == 0
 
 

@@ -10,8 +10,10 @@ A head's contribution to the residual stream is out_proj applied to its slice of
 linear, so the heads' contributions add up, plus the bias). Both contexts replace that slice, the head's z, at the
 attention module's point hook_z (with points.intervene), so they change that head's contribution and nothing else.
 """
-from .points import intervene, replace_at, resolve
-from .recording import ATTENTION
+import numbers
+
+from .points import integer, intervene, replace_at, resolve
+from .recording import ATTENTION, Recording
 
 
 def _chosen(model, heads_by_name):
@@ -23,13 +25,20 @@ def _chosen(model, heads_by_name):
                             "change the heads of tinyattn's nn.MultiHeadAttention and of PyTorch's "
                             "nn.MultiheadAttention")
         heads = heads_by_name[name]
-        heads = sorted({int(h) for h in ([heads] if isinstance(heads, int) else heads)})
+        one = isinstance(heads, (numbers.Number, str))
+        heads = sorted({integer(h, f"a head index of {name!r}") for h in ([heads] if one else heads)})
         wrong = [h for h in heads if not 0 <= h < module.num_heads]
         if wrong:
             raise IndexError(f"{name!r} has {module.num_heads} heads (0 to {module.num_heads - 1}), got head "
                              f"{wrong[0]}")
         chosen.append((name, module, heads))
     return chosen
+
+
+def _check_recording(cache, argument):
+    if not isinstance(cache, Recording):
+        raise TypeError(f"{argument} must be a Recording (with interpret.record(model) as cache: model(ids)), got "
+                        f"{type(cache).__name__}")
 
 
 def _recorded_heads(cache, name, argument):
@@ -61,6 +70,8 @@ def ablate_heads(model, heads_by_name, how="zero", mean_from=None):
         raise ValueError(f"how must be 'zero' or 'mean', got {how!r}")
     if mean_from is not None and how != "mean":
         raise ValueError("mean_from is for how='mean'")
+    if mean_from is not None:
+        _check_recording(mean_from, "mean_from")
     if how == "mean" and mean_from is None and getattr(model, "is_causal", False):
         raise ValueError(f"{type(model).__name__} is causal: a mean over this input's positions would let later "
                          "tokens change earlier outputs. Record a run for the mean first: with "
@@ -82,6 +93,7 @@ def ablate_heads(model, heads_by_name, how="zero", mean_from=None):
 def patch_heads(model, heads_by_name, source):
     """A context in which the heads {attention name: [head, ...]} output what they output in the run recorded in
     source (a Recording of the same model on inputs of the same shape): activation patching."""
+    _check_recording(source, "source")
     for name in heads_by_name:
         _recorded_heads(source, name, "source")
 

@@ -51,8 +51,10 @@ def apply_final_ln(model, residual, scale=None):
 def logit_lens(model, ids, scale="own"):
     """The logits each layer's residual stream would give if the model stopped there: (n_layer + 1, B, T, vocab),
     row 0 from the embeddings, row l + 1 after block l (the last row is the model's logits). scale="own" puts each
-    residual through the final LayerNorm as it is; scale="final" uses the final residual's scale for all (the
-    residuals are then read on one linear scale, as TransformerLens's apply_ln_to_stack)."""
+    residual through the final LayerNorm as it is (TransformerLens 4's cache.accumulated_resid(apply_ln=True) @ W_U
+    + b_U, which recomputes the norm for the unembedding); scale="final" uses the final residual's scale for all (the
+    residuals are then read on one linear scale: cache.apply_ln_to_stack(cache.accumulated_resid(),
+    recompute_ln=False) @ W_U + b_U)."""
     _gpt(model)
     if scale not in ("own", "final"):
         raise ValueError(f"scale must be 'own' or 'final', got {scale!r}")

@@ -31,6 +31,10 @@ def patching_sweep(model, clean_ids, corrupted_ids, metric, over="heads", point=
                          f"and {corrupted_shape}")
     if over == "heads":
         attentions = [(n, m) for n, m in model.named_modules() if isinstance(m, ATTENTION)]
+        if not attentions:
+            raise ValueError(f"{type(model).__name__} has no attention whose heads can be patched (no "
+                             f"{' or '.join(c.__name__ for c in ATTENTION)}); over='positions' patches its residual "
+                             "points")
         names = [f"{n}.hook_z" for n, _ in attentions]
         pieces = [list(range(m.num_heads)) for _, m in attentions]
         dim = 2                                                           # z is (B, T, H, head_dim)

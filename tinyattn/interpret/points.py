@@ -31,6 +31,7 @@ along one axis (positions, heads) and keeps the rest.
 """
 import contextlib
 import difflib
+import numbers
 
 from .. import backend, nn, ops
 
@@ -68,10 +69,19 @@ def resolve(model, names):
     return found
 
 
+def integer(value, what):
+    """value as an int where it is an integer (a Python or NumPy one), else a TypeError naming what it was given for:
+    an index of 1.5 must not quietly be 1, nor True be 1 or "1" a character."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{what} must be an integer, got {value!r} ({type(value).__name__})")
+    return int(value)
+
+
 def replace_at(x, replacement, dim, indices):
     """x with replacement (broadcast to x's shape) at indices along dim, x elsewhere (no arithmetic: an -inf score
     stays -inf)."""
     size = x.shape[dim]
+    indices = [integer(i, f"an index along dim {dim}") for i in indices]
     wrong = [i for i in indices if not -size <= i < size]
     if wrong:
         raise IndexError(f"index {wrong[0]} is out of range for dim {dim} of size {size} (shape {tuple(x.shape)})")
