@@ -399,6 +399,72 @@ def test_rope_makes_scores_depend_on_relative_position_only():
     assert ta.gradcheck(lambda x: rope(x, offset=2), (randn(1, 2, 3, 8),))
 
 
+def _rope_by_complex_numbers(x, positions, base):
+    """The RoPE paper's form (its eq. 12 to 15): channels (2i, 2i + 1) as the complex number x_2i + j x_2i+1, times
+    exp(j position theta_i), theta_i = base^(-2i/D): the interleaved pairing, computed another way."""
+    d = x.shape[-1]
+    theta = base ** (-np.arange(0, d, 2) / d)
+    turned = (x[..., 0::2] + 1j * x[..., 1::2]) * np.exp(1j * positions[:, None] * theta)
+    return np.stack([turned.real, turned.imag], axis=-1).reshape(x.shape)
+
+
+@pytest.mark.parametrize("base", [10000.0, 500000.0])
+def test_rope_pairings_are_one_rotation_under_a_channel_permutation(base):
+    x = randn(2, 3, 7, 8)
+    interleaved = nn.RotaryEmbedding(8, max_len=32, base=base, interleaved=True).double()
+    halves = nn.RotaryEmbedding(8, max_len=32, base=base).double()
+    np.testing.assert_allclose(host(interleaved(x, offset=4)), _rope_by_complex_numbers(host(x), np.arange(4, 11), base),
+                               rtol=1e-12, atol=1e-12)
+    order = np.r_[0:8:2, 1:8:2]                   # channel order (0, 2, 4, 6, 1, 3, 5, 7): pairs (2i, 2i+1) -> (i, i+4)
+    np.testing.assert_allclose(host(halves(x[..., order], offset=4)), host(interleaved(x, offset=4))[..., order],
+                               rtol=1e-12, atol=1e-12)
+    assert not np.allclose(host(halves(x, offset=4)), host(interleaved(x, offset=4)), atol=1e-3)  # not the same
+    assert "interleaved=True" in repr(interleaved) and f"base={base}" in repr(interleaved)
+    assert ta.gradcheck(lambda t: interleaved(t, offset=2), (randn(1, 2, 3, 8),))
+
+
+def test_rope_position_ids_pick_each_sequences_positions():
+    rope = nn.RotaryEmbedding(8, max_len=32, interleaved=True).double()
+    x = randn(2, 3, 5, 8)                                                    # (B, heads, T, head_dim)
+    np.testing.assert_array_equal(host(rope(x, position_ids=np.arange(6, 11))), host(rope(x, offset=6)))
+    ids = np.array([[0, 1, 2, 3, 4], [9, 2, 30, 2, 0]])                      # each sequence at positions of its own
+    both = host(rope(x, position_ids=ta.tensor(ids)))
+    for b in range(2):
+        np.testing.assert_allclose(both[b], _rope_by_complex_numbers(host(x)[b], ids[b], 10000.0), rtol=1e-12,
+                                   atol=1e-12)
+    np.testing.assert_array_equal(host(rope(x, position_ids=ids[1:])), host(rope(x, position_ids=ids[1])))  # (1, T)
+    assert ta.gradcheck(lambda t: rope(t, position_ids=ids), (randn(2, 1, 5, 8),))
+    for bad, error, message in [
+            (ids.astype(float), TypeError, "must be integers, got dtype float64"),
+            (np.array([0, 1, 2, 3, 32]), ValueError, r"lie in 0 \.\. max_len - 1 = 31, got 0 \.\. 32"),
+            (np.array([-1, 0, 1, 2, 3]), ValueError, "lie in 0"),                # -1 would read the last row
+            (np.arange(4), ValueError, r"shape \(4,\) do not fit x of shape \(2, 3, 5, 8\)"),
+            (np.zeros((3, 5), int), ValueError, r"shape \(3, 5\) do not fit")]:
+        with pytest.raises(error, match=message):
+            rope(x, position_ids=bad)
+    with pytest.raises(ValueError, match="either offset"):
+        rope(x, offset=1, position_ids=ids)
+    with pytest.raises(ValueError, match="head_dim 8 got x of shape"):
+        rope(randn(1, 5, 6))
+
+
+@pytest.mark.parametrize("table", ["learned", "sinusoidal"])
+def test_absolute_positions_take_position_ids(table):
+    module = nn.LearnedPositionalEmbedding(12, 4).double() if table == "learned" else \
+        nn.SinusoidalPositionalEncoding(4, max_len=12).double()
+    x = randn(2, 3, 4, requires_grad=False)
+    ids = np.array([[5, 6, 7], [0, 0, 11]])
+    out = host(module(x, position_ids=ids))
+    for b in range(2):
+        for t in range(3):
+            np.testing.assert_array_equal(out[b, t], host(module(x[b:b + 1, t:t + 1], offset=int(ids[b, t])))[0, 0])
+    np.testing.assert_array_equal(host(module(x, position_ids=ids[0])), host(module(x, offset=5)))
+    with pytest.raises(ValueError, match="exceed max_len 12"):
+        module(x, offset=10)
+    if table == "learned":
+        assert ta.gradcheck(lambda w: module(x, position_ids=ids), (module.weight,))       # position 0 read twice
+
+
 def test_interpolate_pos_embed():
     pos = ta.tensor(np.random.default_rng(0).standard_normal((1, 1 + 16, 6)))
     same = nn.interpolate_pos_embed(pos, 4, 4, num_prefix_tokens=1)

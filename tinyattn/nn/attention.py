@@ -145,8 +145,9 @@ class MultiHeadAttention(Module):
         return x.reshape(b, t, heads, self.head_dim).transpose(1, 2)          # (B, heads, T, head_dim)
 
     def forward(self, x, context=None, is_causal=False, key_padding_mask=None, attn_mask=None, need_weights=False,
-                cache=None):
-        """x (B, L, d_model); context (B, S, kv_dim) for cross-attention. cache: a KVCache to read and extend."""
+                cache=None, position_ids=None):
+        """x (B, L, d_model); context (B, S, kv_dim) for cross-attention. cache: a KVCache to read and extend.
+        position_ids (L,) or (B, L): the queries' positions for the rotary embedding (default: after the cache's)."""
         if self.cross != (context is not None):
             raise ValueError("cross-attention needs a context and self-attention must not get one "
                              f"(cross={self.cross}, context given: {context is not None})")
@@ -164,7 +165,7 @@ class MultiHeadAttention(Module):
                                                            (v, self.num_kv_heads)))
         offset = len(cache) if cache is not None else 0
         if self.rotary is not None:
-            q, k = self.rotary(q, offset), self.rotary(k, offset)
+            q, k = (self.rotary(t, offset if position_ids is None else 0, position_ids) for t in (q, k))
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
         if cache is not None:
             k, v = cache.append(k, v)
