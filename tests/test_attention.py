@@ -1,5 +1,6 @@
 """Attention in every form: flash against naive, additive against its definition, modules, KV cache, positions,
 Swin windows. Each ties a form to the plain definition."""
+import contextlib
 import math
 import warnings
 
@@ -208,6 +209,42 @@ def test_fused_flash_kernels_match_float64_reference(case, precision, monkeypatc
         assert max(errors.values()) > 1e-5, errors
 
 
+ATTENTIONS = {"sdpa": F.scaled_dot_product_attention,
+              "flash": lambda *a, **kw: F.flash_attention(*a, block_size=3, fused=False, **kw)}
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("path", ["fast", "reference"])
+@pytest.mark.parametrize("name", ["sdpa", "flash"])
+def test_any_leading_batch_dims_equal_a_loop_over_them(name, path, causal):
+    # as PyTorch's SDPA, (..., heads, T, D): here (2, 3, 4 heads, T, D), with GQA (2 key/value heads at dim -3),
+    # key and value batch dims that broadcast to the query's, and a boolean mask with a batch dim of its own
+    attend = ATTENTIONS[name]
+    q, k, v = randn(2, 3, 4, 5, 8), randn(1, 3, 2, 7, 8, seed=1), randn(2, 1, 2, 7, 6, seed=2)
+    keep = np.random.default_rng(3).random((3, 1, 5, 7)) > 0.3
+    keep[1, 0, 2] = False                                        # a fully masked row: output and gradient 0
+    options = dict(is_causal=True) if causal else dict(attn_mask=ta.tensor(keep))
+    weight = randn(2, 3, 4, 5, 6, requires_grad=False, seed=4)
+    with ta.reference() if path == "reference" else contextlib.nullcontext():
+        out = attend(q, k, v, enable_gqa=True, **options)
+        grads = _grads(out, (q, k, v), weight)
+        for t in (q, k, v):
+            t.grad = None                                        # the loop's slices add theirs up in .grad
+        looped = np.zeros(out.shape)
+        for i in range(2):
+            for j in range(3):
+                one = dict(is_causal=True) if causal else dict(attn_mask=ta.tensor(keep[j]))
+                part = attend(q[i, j], k[0, j], v[i, 0], enable_gqa=True, **one)
+                looped[i, j] = host(part)
+                (part * weight[i, j]).sum().backward()
+        if not causal:
+            assert np.abs(looped[:, 1, :, 2]).max() == 0
+        np.testing.assert_allclose(host(out), looped, rtol=1e-12, atol=1e-12)
+        for got, t in zip(grads, (q, k, v)):
+            np.testing.assert_allclose(got, host(t.grad), rtol=1e-12, atol=1e-12)
+        assert ta.gradcheck(lambda *a: attend(*a, enable_gqa=True, **options), (q, k, v), full_jacobian=False)
+
+
 def test_fused_flash_kernels_say_why_they_cannot_run():
     q = randn(1, 2, 8, 16, dtype="float32")
     with pytest.raises(ValueError, match="attn_mask"):
@@ -351,6 +388,42 @@ def test_cross_attention_shapes_and_errors():
         nn.MultiHeadAttention(10, 4)
     with pytest.raises(ValueError, match="dropout"):
         nn.MultiHeadAttention(8, 2, impl="flash", dropout=0.1)
+
+
+@pytest.mark.parametrize("impl", ["naive", "flash", "reference"])
+def test_multi_head_attention_takes_any_leading_batch_dims(impl):
+    mha = nn.MultiHeadAttention(16, 4, num_kv_heads=2, impl=impl, rotary=nn.RotaryEmbedding(4, max_len=32)).double()
+    x, weight = randn(2, 3, 5, 16), randn(2, 3, 5, 16, requires_grad=False, seed=1)
+    pad = np.zeros((2, 3, 5), dtype=bool)
+    pad[0, 1, 3:] = True
+    bias = randn(3, 1, 5, 5, requires_grad=False, seed=2)         # a float mask with a batch dim of its own (x's 2nd)
+    ids = np.random.default_rng(0).integers(0, 32, (2, 3, 5))
+    out = mha(x, key_padding_mask=pad, attn_mask=bias, position_ids=ids, need_weights=True)
+    assert out.shape == (2, 3, 5, 16) and mha.last_weights.shape == (2, 3, 4, 5, 5)
+    weights, (grad,) = host(mha.last_weights), _grads(out, (x,), weight)
+    x.grad = None
+    for i in range(2):
+        for j in range(3):
+            part = mha(x[i, j][None], key_padding_mask=pad[i, j][None], attn_mask=bias[j][None],
+                       position_ids=ids[i, j][None], need_weights=True)
+            np.testing.assert_allclose(host(part)[0], host(out)[i, j], rtol=1e-12, atol=1e-12)
+            np.testing.assert_allclose(host(mha.last_weights)[0], weights[i, j], rtol=1e-12, atol=1e-12)
+            (part[0] * weight[i, j]).sum().backward()
+    np.testing.assert_allclose(grad, host(x.grad), rtol=1e-12, atol=1e-12)
+    one = x[1, 2].detach()                                         # no batch dim at all: one sequence (L, d_model)
+    np.testing.assert_array_equal(host(mha(one, is_causal=True)), host(mha(one[None], is_causal=True))[0])
+    for bad, message in [(dict(key_padding_mask=pad[0]), r"key_padding_mask with the same leading dims \(2, 3\)"),
+                         (dict(attn_mask=ta.ones(4, 1, 5, 5, dtype="bool")), r"\(4, 1, 5, 5\) has batch dims that do "
+                                                                              r"not broadcast to x's leading dims"),
+                         (dict(position_ids=ids[0]), r"position_ids with the same leading dims")]:
+        with pytest.raises(ValueError, match=message):
+            mha(x, **bad)
+    with pytest.raises(ValueError, match=r"x of shape \(\.\.\., length, d_model=16\)"):
+        mha(randn(16))
+    cross = nn.MultiHeadAttention(8, 2, cross=True, kv_dim=6)
+    assert cross(ta.randn(4, 2, 3, 8), context=ta.randn(4, 2, 7, 6)).shape == (4, 2, 3, 8)
+    with pytest.raises(ValueError, match="context with the same leading dims"):
+        cross(ta.randn(4, 2, 3, 8), context=ta.randn(2, 7, 6))
 
 
 @pytest.mark.parametrize("impl", ["naive", "flash"])
