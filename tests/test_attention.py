@@ -245,6 +245,76 @@ def test_any_leading_batch_dims_equal_a_loop_over_them(name, path, causal):
         assert ta.gradcheck(lambda *a: attend(*a, enable_gqa=True, **options), (q, k, v), full_jacobian=False)
 
 
+def _materialized_logsumexp(q, k, keep, causal, groups):
+    """Each row's log-sum-exp of the scaled, masked scores, from the whole score matrix (-inf for an empty row)."""
+    k = np.repeat(k, groups, axis=-3)
+    scores = q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
+    if causal:
+        keep = np.tril(np.ones(scores.shape[-2:], dtype=bool))
+    if keep is not None:
+        scores = np.where(keep, scores, -np.inf)
+    top = scores.max(axis=-1, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0)
+    with np.errstate(divide="ignore"):
+        return (top + np.log(np.exp(scores - top).sum(axis=-1, keepdims=True)))[..., 0]
+
+
+@pytest.mark.parametrize("case", ["padding", "causal", "large logits"])
+def test_flash_attention_returns_each_rows_log_sum_exp(case):
+    # GQA over leading dims, blocks that leave ragged ends; padding leaves query rows with no key at all; logits of
+    # some 300 make the fast twin's shift from the first block too small, and it makes the rows again
+    q, k, v = randn(2, 3, 4, 13, 8), randn(2, 3, 2, 11, 8, seed=1), randn(2, 3, 2, 11, 8, seed=2)
+    keep = None
+    if case == "padding":
+        keep = np.random.default_rng(0).random((2, 1, 1, 13, 11)) > 0.4
+        keep[0, 0, 0, 5] = False                                        # query 5 of the first entry sees no key
+    if case == "large logits":
+        q = randn(2, 3, 4, 13, 8) * 40.0
+    causal = case == "causal"
+    options = dict(attn_mask=None if keep is None else ta.tensor(keep), is_causal=causal, enable_gqa=True,
+                   block_size=4)
+    expected = _materialized_logsumexp(host(q), host(k), keep, causal, 2)
+    out_fast, fast = F.flash_attention(q, k, v, return_lse=True, **options)
+    with ta.reference():
+        out_reference, reference = F.flash_attention(q, k, v, return_lse=True, **options)
+    assert fast.shape == reference.shape == (2, 3, 4, 13) and fast.dtype == reference.dtype == ta.float64
+    assert not fast.requires_grad and not reference.requires_grad                   # no gradient: documented
+    for lse in (fast, reference):
+        np.testing.assert_allclose(host(lse), expected, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(host(out_fast), host(F.flash_attention(q, k, v, **options)))   # out as without
+    if case == "padding":
+        assert (host(fast)[0, :, :, 5] == -np.inf).all() and (host(reference)[0, :, :, 5] == -np.inf).all()
+        assert np.isfinite(expected[1]).all()
+    out32, lse32 = F.flash_attention(q.float(), k.float(), v.float(), return_lse=True, **options)
+    assert lse32.dtype == ta.float32
+    np.testing.assert_allclose(host(lse32), expected, rtol=1e-5)
+
+
+@pytest.mark.gpu
+def test_fused_flash_kernels_take_leading_dims_and_return_the_log_sum_exp(monkeypatch):
+    monkeypatch.setenv("CUPY_TF32", "0")
+    q64, k64, v64 = (randn(*shape, seed=seed, device="cuda") for seed, shape in
+                     enumerate([(2, 3, 4, 70, 32), (2, 3, 2, 90, 32), (2, 3, 2, 90, 32)]))
+    q, k, v = (ta.tensor(t.detach(), dtype="float32") for t in (q64, k64, v64))
+    out, lse = F.flash_attention(q, k, v, is_causal=True, enable_gqa=True, fused=True, return_lse=True)
+    want_out, want = F.flash_attention(q64, k64, v64, is_causal=True, enable_gqa=True, fused=False, return_lse=True)
+    assert lse.shape == (2, 3, 4, 70) and lse.dtype == ta.float32 and not lse.requires_grad
+    np.testing.assert_allclose(host(lse), host(want), rtol=3e-6, atol=3e-6)      # a first causal row: L = S_00
+    assert np.linalg.norm(host(out) - host(want_out)) / np.linalg.norm(host(want_out)) < FUSED_BOUNDS["3xtf32"]
+
+
+def test_return_lse_refuses_a_function_of_ones_own():
+    from tinyattn.functional.flash_attention import ReferenceFlashAttention
+
+    class Mine(ReferenceFlashAttention):
+        pass
+    q = randn(1, 2, 5, 4)
+    with F.use(flash_attention=Mine):
+        assert F.flash_attention(q, q, q).shape == (1, 2, 5, 4)
+        with pytest.raises(ValueError, match="return_lse needs the library's flash attention; Mine"):
+            F.flash_attention(q, q, q, return_lse=True)
+
+
 def test_fused_flash_kernels_say_why_they_cannot_run():
     q = randn(1, 2, 8, 16, dtype="float32")
     with pytest.raises(ValueError, match="attn_mask"):
@@ -486,8 +556,8 @@ def test_rope_pairings_are_one_rotation_under_a_channel_permutation(base):
     x = randn(2, 3, 7, 8)
     interleaved = nn.RotaryEmbedding(8, max_len=32, base=base, interleaved=True).double()
     halves = nn.RotaryEmbedding(8, max_len=32, base=base).double()
-    np.testing.assert_allclose(host(interleaved(x, offset=4)), _rope_by_complex_numbers(host(x), np.arange(4, 11), base),
-                               rtol=1e-12, atol=1e-12)
+    by_complex_numbers = _rope_by_complex_numbers(host(x), np.arange(4, 11), base)
+    np.testing.assert_allclose(host(interleaved(x, offset=4)), by_complex_numbers, rtol=1e-12, atol=1e-12)
     order = np.r_[0:8:2, 1:8:2]                   # channel order (0, 2, 4, 6, 1, 3, 5, 7): pairs (2i, 2i+1) -> (i, i+4)
     np.testing.assert_allclose(host(halves(x[..., order], offset=4)), host(interleaved(x, offset=4))[..., order],
                                rtol=1e-12, atol=1e-12)
