@@ -78,6 +78,10 @@ naive_out = F.scaled_dot_product_attention(qt, kt, vt)
 out, lse = blockwise_attention(q, k, v)
 print(f"blockwise by hand vs naive: {np.abs(out - naive_out.numpy()).max():.1e}")
 assert np.allclose(out, naive_out.numpy(), atol=1e-12)
+_, library_lse = F.flash_attention(ta.tensor(q), ta.tensor(k), ta.tensor(v), return_lse=True)   # the package's L
+lse_err = float(np.abs(lse[:, 0] - library_lse.numpy()).max())
+print(f"L by hand vs F.flash_attention(..., return_lse=True): {lse_err:.1e}")
+assert lse_err < 1e-12
 
 # %% [markdown]
 # ## Blockwise attention, by hand: backward

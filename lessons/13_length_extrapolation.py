@@ -42,8 +42,9 @@ print(f"{len(corpus.train):,} training characters; train on {train_len}, test on
 # 10000^(-2i/D). Which channels make a pair is a convention. The RoPE paper (its R_Theta, section 3.2.2) and Meta's
 # original LLaMA code pair neighbours, (2i, 2i + 1), as the real and imaginary parts of a complex number. GPT-NeoX
 # and Hugging Face's port of LLaMA pair channel i with i + D/2 and compute the turn with `rotate_half`; so does
-# `nn.RotaryEmbedding`, used by the models here. With the channels listed in the other order the two are the same
-# rotation, which is why Hugging Face's conversion of Meta's checkpoints only reorders the rows of W_q and W_k.
+# `nn.RotaryEmbedding` by default (`interleaved=True` pairs neighbours; `GPTConfig(rope_interleaved=True)`). With the
+# channels listed in the other order the two are the same rotation, which is why Hugging Face's conversion of Meta's
+# checkpoints only reorders the rows of W_q and W_k.
 # Both below on one query and one key placed at every position of a window of 128: the reordering, and the scores,
 # which stay the same along every diagonal m - n = const. (The same query and key score differently under the two
 # pairings: weights trained with one run with the other only once reordered.)
@@ -70,6 +71,10 @@ def rope_half(x):
 
 halves = np.r_[0:head_dim:2, 1:head_dim:2]               # channel order (0, 2, 4, ..., 1, 3, 5, ...): pairs to halves
 at_every = lambda v: np.tile(v, (window, 1))
+package_err = float(np.abs(rope_interleaved(at_every(query)) - nn.RotaryEmbedding(
+    head_dim, max_len=window, interleaved=True)(ta.tensor(at_every(query))).numpy()).max())
+print(f"interleaved pairs by hand vs nn.RotaryEmbedding(interleaved=True): max |difference| = {package_err:.1e}")
+assert package_err < 1e-12
 reorder_err = float(np.abs(rope_half(at_every(query)[:, halves]) - rope_interleaved(at_every(query))[:, halves]).max())
 print(f"rotate_half on the reordered channels vs interleaved pairs: max |difference| = {reorder_err:.1e}")
 for name, rope in (("interleaved (2i, 2i + 1)", rope_interleaved), ("rotate_half (i, i + D/2)", rope_half)):

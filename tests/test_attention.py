@@ -1,5 +1,6 @@
 """Attention in every form: flash against naive, additive against its definition, modules, KV cache, positions,
 Swin windows. Each ties a form to the plain definition."""
+import contextlib
 import math
 import warnings
 
@@ -208,6 +209,112 @@ def test_fused_flash_kernels_match_float64_reference(case, precision, monkeypatc
         assert max(errors.values()) > 1e-5, errors
 
 
+ATTENTIONS = {"sdpa": F.scaled_dot_product_attention,
+              "flash": lambda *a, **kw: F.flash_attention(*a, block_size=3, fused=False, **kw)}
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("path", ["fast", "reference"])
+@pytest.mark.parametrize("name", ["sdpa", "flash"])
+def test_any_leading_batch_dims_equal_a_loop_over_them(name, path, causal):
+    # as PyTorch's SDPA, (..., heads, T, D): here (2, 3, 4 heads, T, D), with GQA (2 key/value heads at dim -3),
+    # key and value batch dims that broadcast to the query's, and a boolean mask with a batch dim of its own
+    attend = ATTENTIONS[name]
+    q, k, v = randn(2, 3, 4, 5, 8), randn(1, 3, 2, 7, 8, seed=1), randn(2, 1, 2, 7, 6, seed=2)
+    keep = np.random.default_rng(3).random((3, 1, 5, 7)) > 0.3
+    keep[1, 0, 2] = False                                        # a fully masked row: output and gradient 0
+    options = dict(is_causal=True) if causal else dict(attn_mask=ta.tensor(keep))
+    weight = randn(2, 3, 4, 5, 6, requires_grad=False, seed=4)
+    with ta.reference() if path == "reference" else contextlib.nullcontext():
+        out = attend(q, k, v, enable_gqa=True, **options)
+        grads = _grads(out, (q, k, v), weight)
+        for t in (q, k, v):
+            t.grad = None                                        # the loop's slices add theirs up in .grad
+        looped = np.zeros(out.shape)
+        for i in range(2):
+            for j in range(3):
+                one = dict(is_causal=True) if causal else dict(attn_mask=ta.tensor(keep[j]))
+                part = attend(q[i, j], k[0, j], v[i, 0], enable_gqa=True, **one)
+                looped[i, j] = host(part)
+                (part * weight[i, j]).sum().backward()
+        if not causal:
+            assert np.abs(looped[:, 1, :, 2]).max() == 0
+        np.testing.assert_allclose(host(out), looped, rtol=1e-12, atol=1e-12)
+        for got, t in zip(grads, (q, k, v)):
+            np.testing.assert_allclose(got, host(t.grad), rtol=1e-12, atol=1e-12)
+        assert ta.gradcheck(lambda *a: attend(*a, enable_gqa=True, **options), (q, k, v), full_jacobian=False)
+
+
+def _materialized_logsumexp(q, k, keep, causal, groups):
+    """Each row's log-sum-exp of the scaled, masked scores, from the whole score matrix (-inf for an empty row)."""
+    k = np.repeat(k, groups, axis=-3)
+    scores = q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
+    if causal:
+        keep = np.tril(np.ones(scores.shape[-2:], dtype=bool))
+    if keep is not None:
+        scores = np.where(keep, scores, -np.inf)
+    top = scores.max(axis=-1, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0)
+    with np.errstate(divide="ignore"):
+        return (top + np.log(np.exp(scores - top).sum(axis=-1, keepdims=True)))[..., 0]
+
+
+@pytest.mark.parametrize("case", ["padding", "causal", "large logits"])
+def test_flash_attention_returns_each_rows_log_sum_exp(case):
+    # GQA over leading dims, blocks that leave ragged ends; padding leaves query rows with no key at all; logits of
+    # some 300 make the fast twin's shift from the first block too small, and it makes the rows again
+    q, k, v = randn(2, 3, 4, 13, 8), randn(2, 3, 2, 11, 8, seed=1), randn(2, 3, 2, 11, 8, seed=2)
+    keep = None
+    if case == "padding":
+        keep = np.random.default_rng(0).random((2, 1, 1, 13, 11)) > 0.4
+        keep[0, 0, 0, 5] = False                                        # query 5 of the first entry sees no key
+    if case == "large logits":
+        q = randn(2, 3, 4, 13, 8) * 40.0
+    causal = case == "causal"
+    options = dict(attn_mask=None if keep is None else ta.tensor(keep), is_causal=causal, enable_gqa=True,
+                   block_size=4)
+    expected = _materialized_logsumexp(host(q), host(k), keep, causal, 2)
+    out_fast, fast = F.flash_attention(q, k, v, return_lse=True, **options)
+    with ta.reference():
+        out_reference, reference = F.flash_attention(q, k, v, return_lse=True, **options)
+    assert fast.shape == reference.shape == (2, 3, 4, 13) and fast.dtype == reference.dtype == ta.float64
+    assert not fast.requires_grad and not reference.requires_grad                   # no gradient: documented
+    for lse in (fast, reference):
+        np.testing.assert_allclose(host(lse), expected, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(host(out_fast), host(F.flash_attention(q, k, v, **options)))   # out as without
+    if case == "padding":
+        assert (host(fast)[0, :, :, 5] == -np.inf).all() and (host(reference)[0, :, :, 5] == -np.inf).all()
+        assert np.isfinite(expected[1]).all()
+    out32, lse32 = F.flash_attention(q.float(), k.float(), v.float(), return_lse=True, **options)
+    assert lse32.dtype == ta.float32
+    np.testing.assert_allclose(host(lse32), expected, rtol=1e-5)
+
+
+@pytest.mark.gpu
+def test_fused_flash_kernels_take_leading_dims_and_return_the_log_sum_exp(monkeypatch):
+    monkeypatch.setenv("CUPY_TF32", "0")
+    q64, k64, v64 = (randn(*shape, seed=seed, device="cuda") for seed, shape in
+                     enumerate([(2, 3, 4, 70, 32), (2, 3, 2, 90, 32), (2, 3, 2, 90, 32)]))
+    q, k, v = (ta.tensor(t.detach(), dtype="float32") for t in (q64, k64, v64))
+    out, lse = F.flash_attention(q, k, v, is_causal=True, enable_gqa=True, fused=True, return_lse=True)
+    want_out, want = F.flash_attention(q64, k64, v64, is_causal=True, enable_gqa=True, fused=False, return_lse=True)
+    assert lse.shape == (2, 3, 4, 70) and lse.dtype == ta.float32 and not lse.requires_grad
+    np.testing.assert_allclose(host(lse), host(want), rtol=3e-6, atol=3e-6)      # a first causal row: L = S_00
+    assert np.linalg.norm(host(out) - host(want_out)) / np.linalg.norm(host(want_out)) < FUSED_BOUNDS["3xtf32"]
+
+
+def test_return_lse_refuses_a_function_of_ones_own():
+    from tinyattn.functional.flash_attention import ReferenceFlashAttention
+
+    class Mine(ReferenceFlashAttention):
+        pass
+    q = randn(1, 2, 5, 4)
+    with F.use(flash_attention=Mine):
+        assert F.flash_attention(q, q, q).shape == (1, 2, 5, 4)
+        with pytest.raises(ValueError, match="return_lse needs the library's flash attention; Mine"):
+            F.flash_attention(q, q, q, return_lse=True)
+
+
 def test_fused_flash_kernels_say_why_they_cannot_run():
     q = randn(1, 2, 8, 16, dtype="float32")
     with pytest.raises(ValueError, match="attn_mask"):
@@ -353,6 +460,42 @@ def test_cross_attention_shapes_and_errors():
         nn.MultiHeadAttention(8, 2, impl="flash", dropout=0.1)
 
 
+@pytest.mark.parametrize("impl", ["naive", "flash", "reference"])
+def test_multi_head_attention_takes_any_leading_batch_dims(impl):
+    mha = nn.MultiHeadAttention(16, 4, num_kv_heads=2, impl=impl, rotary=nn.RotaryEmbedding(4, max_len=32)).double()
+    x, weight = randn(2, 3, 5, 16), randn(2, 3, 5, 16, requires_grad=False, seed=1)
+    pad = np.zeros((2, 3, 5), dtype=bool)
+    pad[0, 1, 3:] = True
+    bias = randn(3, 1, 5, 5, requires_grad=False, seed=2)         # a float mask with a batch dim of its own (x's 2nd)
+    ids = np.random.default_rng(0).integers(0, 32, (2, 3, 5))
+    out = mha(x, key_padding_mask=pad, attn_mask=bias, position_ids=ids, need_weights=True)
+    assert out.shape == (2, 3, 5, 16) and mha.last_weights.shape == (2, 3, 4, 5, 5)
+    weights, (grad,) = host(mha.last_weights), _grads(out, (x,), weight)
+    x.grad = None
+    for i in range(2):
+        for j in range(3):
+            part = mha(x[i, j][None], key_padding_mask=pad[i, j][None], attn_mask=bias[j][None],
+                       position_ids=ids[i, j][None], need_weights=True)
+            np.testing.assert_allclose(host(part)[0], host(out)[i, j], rtol=1e-12, atol=1e-12)
+            np.testing.assert_allclose(host(mha.last_weights)[0], weights[i, j], rtol=1e-12, atol=1e-12)
+            (part[0] * weight[i, j]).sum().backward()
+    np.testing.assert_allclose(grad, host(x.grad), rtol=1e-12, atol=1e-12)
+    one = x[1, 2].detach()                                         # no batch dim at all: one sequence (L, d_model)
+    np.testing.assert_array_equal(host(mha(one, is_causal=True)), host(mha(one[None], is_causal=True))[0])
+    for bad, message in [(dict(key_padding_mask=pad[0]), r"key_padding_mask with the same leading dims \(2, 3\)"),
+                         (dict(attn_mask=ta.ones(4, 1, 5, 5, dtype="bool")), r"\(4, 1, 5, 5\) has batch dims that do "
+                                                                              r"not broadcast to x's leading dims"),
+                         (dict(position_ids=ids[0]), r"position_ids with the same leading dims")]:
+        with pytest.raises(ValueError, match=message):
+            mha(x, **bad)
+    with pytest.raises(ValueError, match=r"x of shape \(\.\.\., length, d_model=16\)"):
+        mha(randn(16))
+    cross = nn.MultiHeadAttention(8, 2, cross=True, kv_dim=6)
+    assert cross(ta.randn(4, 2, 3, 8), context=ta.randn(4, 2, 7, 6)).shape == (4, 2, 3, 8)
+    with pytest.raises(ValueError, match="context with the same leading dims"):
+        cross(ta.randn(4, 2, 3, 8), context=ta.randn(2, 7, 6))
+
+
 @pytest.mark.parametrize("impl", ["naive", "flash"])
 @pytest.mark.parametrize("rotary", [False, True])
 def test_kv_cache_decoding_equals_full_sequence(impl, rotary):
@@ -397,6 +540,72 @@ def test_rope_makes_scores_depend_on_relative_position_only():
     assert score(10, 3) != pytest.approx(score(10, 4), rel=1e-3)
     np.testing.assert_allclose(np.linalg.norm(host(rope(q, offset=5))), np.linalg.norm(host(q)))   # a rotation
     assert ta.gradcheck(lambda x: rope(x, offset=2), (randn(1, 2, 3, 8),))
+
+
+def _rope_by_complex_numbers(x, positions, base):
+    """The RoPE paper's form (its eq. 12 to 15): channels (2i, 2i + 1) as the complex number x_2i + j x_2i+1, times
+    exp(j position theta_i), theta_i = base^(-2i/D): the interleaved pairing, computed another way."""
+    d = x.shape[-1]
+    theta = base ** (-np.arange(0, d, 2) / d)
+    turned = (x[..., 0::2] + 1j * x[..., 1::2]) * np.exp(1j * positions[:, None] * theta)
+    return np.stack([turned.real, turned.imag], axis=-1).reshape(x.shape)
+
+
+@pytest.mark.parametrize("base", [10000.0, 500000.0])
+def test_rope_pairings_are_one_rotation_under_a_channel_permutation(base):
+    x = randn(2, 3, 7, 8)
+    interleaved = nn.RotaryEmbedding(8, max_len=32, base=base, interleaved=True).double()
+    halves = nn.RotaryEmbedding(8, max_len=32, base=base).double()
+    by_complex_numbers = _rope_by_complex_numbers(host(x), np.arange(4, 11), base)
+    np.testing.assert_allclose(host(interleaved(x, offset=4)), by_complex_numbers, rtol=1e-12, atol=1e-12)
+    order = np.r_[0:8:2, 1:8:2]                   # channel order (0, 2, 4, 6, 1, 3, 5, 7): pairs (2i, 2i+1) -> (i, i+4)
+    np.testing.assert_allclose(host(halves(x[..., order], offset=4)), host(interleaved(x, offset=4))[..., order],
+                               rtol=1e-12, atol=1e-12)
+    assert not np.allclose(host(halves(x, offset=4)), host(interleaved(x, offset=4)), atol=1e-3)  # not the same
+    assert "interleaved=True" in repr(interleaved) and f"base={base}" in repr(interleaved)
+    assert ta.gradcheck(lambda t: interleaved(t, offset=2), (randn(1, 2, 3, 8),))
+
+
+def test_rope_position_ids_pick_each_sequences_positions():
+    rope = nn.RotaryEmbedding(8, max_len=32, interleaved=True).double()
+    x = randn(2, 3, 5, 8)                                                    # (B, heads, T, head_dim)
+    np.testing.assert_array_equal(host(rope(x, position_ids=np.arange(6, 11))), host(rope(x, offset=6)))
+    ids = np.array([[0, 1, 2, 3, 4], [9, 2, 30, 2, 0]])                      # each sequence at positions of its own
+    both = host(rope(x, position_ids=ta.tensor(ids)))
+    for b in range(2):
+        np.testing.assert_allclose(both[b], _rope_by_complex_numbers(host(x)[b], ids[b], 10000.0), rtol=1e-12,
+                                   atol=1e-12)
+    np.testing.assert_array_equal(host(rope(x, position_ids=ids[1:])), host(rope(x, position_ids=ids[1])))  # (1, T)
+    assert ta.gradcheck(lambda t: rope(t, position_ids=ids), (randn(2, 1, 5, 8),))
+    for bad, error, message in [
+            (ids.astype(float), TypeError, "must be integers, got dtype float64"),
+            (np.array([0, 1, 2, 3, 32]), ValueError, r"lie in 0 \.\. max_len - 1 = 31, got 0 \.\. 32"),
+            (np.array([-1, 0, 1, 2, 3]), ValueError, "lie in 0"),                # -1 would read the last row
+            (np.arange(4), ValueError, r"shape \(4,\) do not fit x of shape \(2, 3, 5, 8\)"),
+            (np.zeros((3, 5), int), ValueError, r"shape \(3, 5\) do not fit")]:
+        with pytest.raises(error, match=message):
+            rope(x, position_ids=bad)
+    with pytest.raises(ValueError, match="either offset"):
+        rope(x, offset=1, position_ids=ids)
+    with pytest.raises(ValueError, match="head_dim 8 got x of shape"):
+        rope(randn(1, 5, 6))
+
+
+@pytest.mark.parametrize("table", ["learned", "sinusoidal"])
+def test_absolute_positions_take_position_ids(table):
+    module = nn.LearnedPositionalEmbedding(12, 4).double() if table == "learned" else \
+        nn.SinusoidalPositionalEncoding(4, max_len=12).double()
+    x = randn(2, 3, 4, requires_grad=False)
+    ids = np.array([[5, 6, 7], [0, 0, 11]])
+    out = host(module(x, position_ids=ids))
+    for b in range(2):
+        for t in range(3):
+            np.testing.assert_array_equal(out[b, t], host(module(x[b:b + 1, t:t + 1], offset=int(ids[b, t])))[0, 0])
+    np.testing.assert_array_equal(host(module(x, position_ids=ids[0])), host(module(x, offset=5)))
+    with pytest.raises(ValueError, match="exceed max_len 12"):
+        module(x, offset=10)
+    if table == "learned":
+        assert ta.gradcheck(lambda w: module(x, position_ids=ids), (module.weight,))       # position 0 read twice
 
 
 def test_interpolate_pos_embed():

@@ -1,5 +1,8 @@
 """Every model family: output shapes, a float64 gradcheck of a tiny instance, overfitting a tiny batch, flash equal
 to naive where there is attention, and float32 training that never promotes."""
+import dataclasses
+import json
+
 import numpy as np
 import pytest
 
@@ -207,6 +210,34 @@ def test_generate_top_p_keeps_the_smallest_set_reaching_p_and_stops_at_eos():
     assert stops.shape[1] == row1_end
     assert stops[0, 3:].tolist() == [eos] + [16] * (row1_end - 4)               # stopped, then padded
     assert stops[1].tolist() == free[1, :row1_end].tolist()                     # goes on until its own eos
+
+
+def test_gpt_rope_settings_shifted_positions_and_a_save_that_keeps_them(tmp_path):
+    ta.manual_seed(0)
+    model = tiny_gpt(position="rope", rope_theta=500.0, rope_interleaved=True).double().eval()
+    assert all(b.attn.rotary.base == 500.0 and b.attn.rotary.interleaved for b in model.blocks)
+    ids = ta.randint(0, 17, (2, 6))
+    logits = host(model(ids))
+    # with RoPE alone a score depends on positions only through m - n: sequences moved along, each by its own
+    # amount, read the same; learned positions see the move
+    moved = np.arange(6) + np.array([[3], [9]])
+    np.testing.assert_allclose(host(model(ids, position_ids=moved)), logits, rtol=1e-10, atol=1e-12)
+    learned = tiny_gpt().eval()
+    assert not np.allclose(host(learned(ids, position_ids=moved)), host(learned(ids)), atol=1e-4)
+    np.testing.assert_array_equal(host(learned(ids, position_ids=np.arange(6))), host(learned(ids)))
+    # GPT-2's files cannot hold RoPE (save_pretrained refuses it: test_pretrained.py); the config as JSON beside the
+    # weights in safetensors keeps the pairing and theta, which change the logits
+    (tmp_path / "config.json").write_text(json.dumps(dataclasses.asdict(model.config)))
+    ta.save(model.state_dict(), str(tmp_path / "model.safetensors"))
+    config = models.GPTConfig(**json.loads((tmp_path / "config.json").read_text()))
+    assert config == model.config
+    again = models.GPT(config).double().eval()
+    again.load_state_dict(ta.load(str(tmp_path / "model.safetensors")))
+    np.testing.assert_array_equal(host(again(ids)), logits)
+    for change in ({"rope_interleaved": False}, {"rope_theta": 10000.0}):
+        other = models.GPT(dataclasses.replace(config, **change)).double().eval()
+        other.load_state_dict(model.state_dict())
+        assert not np.allclose(host(other(ids)), logits, atol=1e-4), change
 
 
 def test_crop_block_size_keeps_the_first_positions_and_the_outputs():

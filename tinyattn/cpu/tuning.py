@@ -85,12 +85,12 @@ class blas_held:
 
 def _held(method):
     @functools.wraps(method)
-    def run(*args):
+    def run(*args, **kwargs):
         # args: (ctx, arrays...) for forward, (ctx, grad) for backward; GPU arrays need no hold
         if len(args) > 1 and is_cupy_array(args[1]):
-            return method(*args)
+            return method(*args, **kwargs)
         with blas_held():
-            return method(*args)
+            return method(*args, **kwargs)
     return staticmethod(run)
 
 

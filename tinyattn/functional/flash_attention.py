@@ -46,6 +46,15 @@ def _block_bias(mask, rows, cols, is_causal, like):
     return bias
 
 
+def handed_out_lse(L, dtype):
+    """Each row's log-sum-exp L (..., Hq, T), as a Function keeps it, as return_lse hands it out: in float32 at least
+    (float64 for float64 inputs), and -inf, the log of an empty sum, for a row that sees no key, where the Functions
+    keep +inf (so that their backward's exp(S - L) is 0 there)."""
+    xp = xp_of(L)
+    L = L.astype(xp.promote_types(dtype, xp.float32))
+    return Tensor(xp.where(L == xp.inf, -xp.inf, L))
+
+
 def _scores(q_block, k_block, scale, bias):
     """S = scale * Qi Kj^T + mask for one block."""
     s = scale * (q_block @ xp_of(q_block).swapaxes(k_block, -1, -2))
@@ -63,11 +72,12 @@ class ReferenceFlashAttention(Function):
     A row that has seen only masked keys keeps m = -inf, so exp is taken against 0 there (no -inf - -inf = NaN); a
     row with every key masked ends with l = 0: output 0 and L = +inf, so its recomputed P is 0. L is kept in float64:
     in the inputs' dtype, m + log l would round to half of L's last place (1/64 at logits of 4e5 in float32, 2 at
-    5e3 in float16), and exp(S - L) would pass that error on to every P of the row.
+    5e3 in float16), and exp(S - L) would pass that error on to every P of the row. lse_into, a list, receives L
+    (..., Hq, T) for return_lse.
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, mask, scale, is_causal, enable_gqa, block_size):
+    def forward(ctx, q, k, v, mask, scale, is_causal, enable_gqa, block_size, lse_into=None):
         xp = xp_of(q)
         q, k, v, mask, groups = group_heads(q, k, v, mask, enable_gqa)
         batch = broadcast_shapes(q.shape[:-2], k.shape[:-2])
@@ -96,6 +106,8 @@ class ReferenceFlashAttention(Function):
             empty = l == 0
             out[..., rows, :] = xp.where(empty, zero, acc / xp.where(empty, 1, l))
             L[..., rows, :] = xp.where(empty, xp.inf, m.astype(L.dtype) + xp.log(xp.where(empty, 1, l)))
+        if lse_into is not None:
+            lse_into.append(merge_heads(L, groups)[..., 0])
         ctx.save_for_backward(q, k, v, out, L, mask)
         ctx.options = (scale, is_causal, block_size, groups)
         return merge_heads(out, groups)
@@ -132,7 +144,7 @@ class ReferenceFlashAttention(Function):
 
 
 def flash_attention(query, key, value, attn_mask=None, is_causal=False, scale=None, enable_gqa=False,
-                    block_size=None, fused=None):
+                    block_size=None, fused=None, return_lse=False):
     """Blockwise online-softmax attention: the same result as scaled_dot_product_attention, O(N) memory.
 
     Same arguments and mask conventions as scaled_dot_product_attention (boolean True = may attend, a float mask is
@@ -148,6 +160,12 @@ def flash_attention(query, key, value, attn_mask=None, is_causal=False, scale=No
     reference path nor a Function of one's own (F.use) is on (None: float32 CUDA tensors, no attn_mask, one head
     size, a multiple of 4 up to 128). The kernels multiply on the tensor cores to float32's accuracy (3xTF32), or in
     plain TF32 (errors near 5e-4 relative, about twice as fast) when CuPy's TF32 switch is on (CUPY_TF32=1).
+
+    return_lse=True returns (out, lse): lse (..., Hq, L) holds each query row's log-sum-exp of its scaled, masked
+    scores, the L the algorithm keeps for its backward, so that a FlashAttention of one's own can be checked against
+    it. lse carries no gradient (as the logsumexp output of PyTorch's private _scaled_dot_product_flash_attention); it
+    is in float32 at least (float64 for float64 inputs), and -inf for a row with every key masked (log 0, as
+    PyTorch's flex_attention returns it; flash-attn's kernels store +inf there for their own backward).
     """
     check_mask_choice(attn_mask, is_causal)
     check_attention_inputs(query, key, value, attn_mask, enable_gqa, "flash_attention")
@@ -162,12 +180,20 @@ def flash_attention(query, key, value, attn_mask=None, is_causal=False, scale=No
     if block_size < 1:
         raise ValueError(f"block_size must be positive, got {block_size}")
     scale = default_scale(query, scale)
+    lse = [] if return_lse else None
     if fused or (fused is None and twins.runs_fast("flash_attention")):
         reason = flash_kernel.unsupported(query, key, value, attn_mask)
         if reason is None:
             groups = group_size(query.shape, key.shape, value.shape, enable_gqa)
-            return flash_kernel.FusedFlashAttention.apply(query, key, value, scale, bool(is_causal), groups)
+            out = flash_kernel.FusedFlashAttention.apply(query, key, value, scale, bool(is_causal), groups,
+                                                         lse_into=lse)
+            return (out, handed_out_lse(lse[0], query.dtype)) if return_lse else out
         if fused:
             raise ValueError(f"the fused flash-attention kernels cannot run this: {reason}")
-    return twins.implementation("flash_attention").apply(query, key, value, attn_mask, scale, bool(is_causal),
-                                                          enable_gqa, int(block_size))
+    function = twins.implementation("flash_attention")
+    if return_lse and function not in twins.pair("flash_attention"):
+        raise ValueError(f"return_lse needs the library's flash attention; {function.__name__}, installed with "
+                         "F.use, returns its output only")
+    asked = {"lse_into": lse} if return_lse else {}             # nothing more for a Function of one's own
+    out = function.apply(query, key, value, attn_mask, scale, bool(is_causal), enable_gqa, int(block_size), **asked)
+    return (out, handed_out_lse(lse[0], query.dtype)) if return_lse else out

@@ -108,7 +108,7 @@ class FastFlashAttention(Function):
     row offset D into the product (dP and D are of one size, so this rounds as dP - D would)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, mask, scale, is_causal, enable_gqa, block_size):
+    def forward(ctx, q, k, v, mask, scale, is_causal, enable_gqa, block_size, lse_into=None):
         xp = xp_of(q)
         q, k, v, mask, groups = group_heads(q, k, v, mask, enable_gqa)
         batch = broadcast_shapes(q.shape[:-2], k.shape[:-2])
@@ -166,6 +166,11 @@ class FastFlashAttention(Function):
             xp.multiply(acc[..., :-1], inverse, out=out[..., rows, :])
         # The threads claim row blocks as they come free, the last first: under a causal mask it sees the most keys.
         cpu.for_each_part(forward_rows, _blocks(q.shape[-2], block_size)[::-1], claimed=True, like=q)
+        if lse_into is not None:         # L = m + log l from the rows' shifts and 1 / l; +inf where 1 / l = 0 (no key)
+            inverse = row_sum_inverse.astype(xp.promote_types(q.dtype, xp.float32))
+            seen = inverse != 0
+            L = xp.where(seen, -q_aug[..., -1:] - xp.log(xp.where(seen, inverse, 1)), xp.inf)
+            lse_into.append(merge_heads(L, groups)[..., 0])
         ctx.save_for_backward(q_aug, k, v, out, row_sum_inverse, mask)
         ctx.options = (scale, is_causal, block_size, groups)
         return merge_heads(out, groups)

@@ -105,7 +105,7 @@ class FusedFlashAttention(Function):
     """Forward and backward of FlashAttention-2 in the CUDA kernels of flash_attention.cu."""
 
     @staticmethod
-    def forward(ctx, q, k, v, scale, is_causal, groups):
+    def forward(ctx, q, k, v, scale, is_causal, groups, lse_into=None):
         xp = xp_of(q)
         heads = q.shape[-3]
         q3, k3, v3 = _rows_of(q), _rows_of(k), _rows_of(v)
@@ -114,6 +114,8 @@ class FusedFlashAttention(Function):
         lse = xp.empty(q3.shape[:2], dtype=q.dtype)
         _launch("flash_forward", (n, q3.shape[0]), (q3, k3, v3, out, lse),
                 (n, m, heads, groups), scale, is_causal)
+        if lse_into is not None:                # the kernel's L: each row's log-sum-exp, +inf for a row with no key
+            lse_into.append(lse.reshape(q.shape[:-1]))
         ctx.save_for_backward(q3, k3, v3, out, lse)
         ctx.options = (scale, is_causal, heads, groups, q.shape, k.shape)
         return out.reshape(q.shape)

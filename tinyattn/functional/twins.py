@@ -24,6 +24,11 @@ def register(name, fast, reference):
     _twins[name] = (fast, reference)
 
 
+def pair(name):
+    """The (fast, reference) Functions behind the public function `name`."""
+    return _twins[name]
+
+
 def names():
     """The public functions that have twins, sorted."""
     return sorted(_twins)

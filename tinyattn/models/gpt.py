@@ -31,6 +31,8 @@ class GPTConfig:
     n_experts: int = 4
     top_k: int = 2
     position: str = "learned"        # "learned" | "sinusoidal" | "rope" | "none"
+    rope_theta: float = 10000.0      # RoPE's base (Hugging Face's name): pair i turns by position * theta^(-2i/D)
+    rope_interleaved: bool = False   # RoPE's pairs: (i, i + D/2) as Hugging Face's LLaMA; True: (2i, 2i + 1) as Meta's
     impl: str = "naive"              # "naive" | "flash" | "reference" (see nn.MultiHeadAttention)
     bias: bool = True
     tie_weights: bool = False        # share the token embedding with the output head
@@ -69,10 +71,11 @@ class Block(nn.Module):
         self.dropout, self.prenorm = config.dropout, config.prenorm
         nn.add_points(self, *nn.RESIDUAL_POINTS)
 
-    def forward(self, x, cache=None, need_weights=False):
+    def forward(self, x, cache=None, need_weights=False, position_ids=None):
         x = self.hook_resid_pre(x)
         x = nn.residual(x, lambda h: self.hook_attn_out(self.attn(h, is_causal=True, cache=cache,
-                                                                  need_weights=need_weights)),
+                                                                  need_weights=need_weights,
+                                                                  position_ids=position_ids)),
                         self.ln1, self.prenorm, self.dropout, self.training)
         x = self.hook_resid_mid(x)
         if self.mlp is not None:                                           # the MLP applies its own dropout
@@ -94,7 +97,8 @@ class GPT(nn.Module):
         elif config.position == "sinusoidal":                    # the original Transformer's fixed table
             self.pos_emb = nn.SinusoidalPositionalEncoding(config.d_model, max_len=config.block_size)
         elif config.position == "rope":
-            rotary = nn.RotaryEmbedding(config.d_model // config.num_heads, max_len=config.block_size)
+            rotary = nn.RotaryEmbedding(config.d_model // config.num_heads, max_len=config.block_size,
+                                        base=config.rope_theta, interleaved=config.rope_interleaved)
         elif config.position != "none":                          # none: causal attention alone tells the order
             raise ValueError(f"position must be 'learned', 'sinusoidal', 'rope' or 'none', got {config.position!r}")
         self.blocks = nn.ModuleList(Block(config, rotary) for _ in range(config.n_layer))
@@ -104,21 +108,23 @@ class GPT(nn.Module):
             self.head.weight = self.tok_emb.weight
         nn.add_points(self, "embed")                    # the token embeddings, before positions are added
 
-    def forward(self, ids, targets=None, caches=None, return_attention=False):
+    def forward(self, ids, targets=None, caches=None, return_attention=False, position_ids=None):
         """ids (B, T) -> logits (B, T, vocab); with targets, also the mean cross-entropy. caches: one KVCache per
         block, extended in place (positions continue from what they hold). return_attention=True also returns each
-        block's causal attention weights (B, H, T, T), last."""
+        block's causal attention weights (B, H, T, T), last. position_ids (T,) or (B, T), as in Hugging Face's
+        models: the tokens' positions, in place of 0 .. T - 1 (or the cache's continuation)."""
         ids = as_array(ids)
         offset = len(caches[0]) if caches else 0
         if offset + ids.shape[1] > self.config.block_size:
             raise ValueError(f"{offset + ids.shape[1]} positions exceed block_size {self.config.block_size}")
         x = self.hook_embed(self.tok_emb(ids))
         if self.config.position in ("learned", "sinusoidal"):
-            x = self.pos_emb(x, offset)
+            x = self.pos_emb(x, offset if position_ids is None else 0, position_ids)
         x = F.dropout(x, self.config.dropout, self.training)
         maps = []
         for i, block in enumerate(self.blocks):
-            x = block(x, cache=caches[i] if caches else None, need_weights=return_attention)
+            x = block(x, cache=caches[i] if caches else None, need_weights=return_attention,
+                      position_ids=position_ids)
             if return_attention:
                 maps.append(block.attn.last_weights)
         logits = self.head(self.ln_f(x))

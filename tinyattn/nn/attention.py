@@ -145,14 +145,23 @@ class MultiHeadAttention(Module):
         return x.reshape(b, t, heads, self.head_dim).transpose(1, 2)          # (B, heads, T, head_dim)
 
     def forward(self, x, context=None, is_causal=False, key_padding_mask=None, attn_mask=None, need_weights=False,
-                cache=None):
-        """x (B, L, d_model); context (B, S, kv_dim) for cross-attention. cache: a KVCache to read and extend."""
+                cache=None, position_ids=None):
+        """x (B, L, d_model); context (B, S, kv_dim) for cross-attention. cache: a KVCache to read and extend.
+        position_ids (L,) or (B, L): the queries' positions for the rotary embedding (default: after the cache's).
+
+        Any leading batch dims (..., L, d_model), none included (one sequence), as F.scaled_dot_product_attention
+        takes them: they are flattened into one batch dim B around the computation (what the hook points and a
+        KVCache see), and key_padding_mask (..., S), position_ids (..., L) and an attn_mask's dims before its
+        (heads, L, S) come with them."""
         if self.cross != (context is not None):
             raise ValueError("cross-attention needs a context and self-attention must not get one "
                              f"(cross={self.cross}, context given: {context is not None})")
-        if x.ndim != 3 or x.shape[-1] != self.d_model:
-            raise ValueError(f"{type(self).__name__} expects x of shape (batch, length, d_model={self.d_model}), got "
+        if x.ndim < 2 or x.shape[-1] != self.d_model:
+            raise ValueError(f"{type(self).__name__} expects x of shape (..., length, d_model={self.d_model}), got "
                              f"{x.shape}")
+        if x.ndim != 3:
+            return self._batch_flattened(x, context, is_causal, key_padding_mask, attn_mask, need_weights, cache,
+                                         position_ids)
         b, length, _ = x.shape
         kv_size = self.num_kv_heads * self.head_dim
         if self.cross:
@@ -164,7 +173,7 @@ class MultiHeadAttention(Module):
                                                            (v, self.num_kv_heads)))
         offset = len(cache) if cache is not None else 0
         if self.rotary is not None:
-            q, k = self.rotary(q, offset), self.rotary(k, offset)
+            q, k = (self.rotary(t, offset if position_ids is None else 0, position_ids) for t in (q, k))
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
         if cache is not None:
             k, v = cache.append(k, v)
@@ -199,6 +208,41 @@ class MultiHeadAttention(Module):
         result = self.hook_result((z.unsqueeze(-2) @ w).squeeze(-2))          # (B, L, H, d_model)
         out = result.sum(dim=2)
         return out if self.out_proj.bias is None else out + self.out_proj.bias
+
+    def _batch_flattened(self, x, context, is_causal, key_padding_mask, attn_mask, need_weights, cache,
+                         position_ids):
+        """forward for x (..., L, d_model) other than (B, L, d_model): its leading dims, and those of the inputs
+        that come with them, as one batch dim (a view where the layout allows), and back again after."""
+        lead, length = tuple(x.shape[:-2]), x.shape[-2]
+        batch = math.prod(lead)
+
+        def flat(name, t, tail):                 # t (*lead, *tail) -> (batch, *tail); None stays None
+            if t is None:
+                return None
+            shape = tuple(t.shape)
+            if shape[:len(shape) - tail] != lead:
+                raise ValueError(f"{type(self).__name__}: x of shape {tuple(x.shape)} needs {name} with the same "
+                                 f"leading dims {lead}, got {name} of shape {shape}")
+            return t.reshape((batch,) + shape[len(shape) - tail:])
+
+        if attn_mask is not None and attn_mask.ndim > 3:          # its batch dims, broadcast to x's, then flattened
+            try:
+                fits = backend.broadcast_shapes(tuple(attn_mask.shape[:-3]), lead) == lead
+            except ValueError:
+                fits = False
+            if not fits:
+                raise ValueError(f"{type(self).__name__}: attn_mask of shape {tuple(attn_mask.shape)} has batch dims "
+                                 f"that do not broadcast to x's leading dims {lead} (x {tuple(x.shape)})")
+            attn_mask = attn_mask if isinstance(attn_mask, Tensor) else Tensor(attn_mask)
+            attn_mask = flat("attn_mask", ops.broadcast_to(attn_mask, lead + tuple(attn_mask.shape[-3:])), 3)
+        if position_ids is not None and as_array(position_ids).ndim > 1:
+            position_ids = flat("position_ids", as_array(position_ids), 1)
+        out = self.forward(flat("x", x, 2), flat("context", context, 2), is_causal,
+                           flat("key_padding_mask", key_padding_mask, 1), attn_mask, need_weights, cache,
+                           position_ids)
+        if self.last_weights is not None and (need_weights or self.keep_weights):
+            self.last_weights = self.last_weights.reshape(lead + tuple(self.last_weights.shape[1:]))
+        return out.reshape(lead + (length, self.d_model))
 
     def _attention_in_the_open(self, q, k, v, mask, is_causal):
         """Scaled dot-product attention written out through hook_attn_scores and hook_pattern: (out, pattern)."""

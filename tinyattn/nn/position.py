@@ -39,6 +39,34 @@ def sincos_2d_table(grid_h, grid_w, dim):
     return Tensor(xp.concatenate([xp.repeat(rows, grid_w, axis=0), xp.tile(cols, (grid_h, 1))], axis=1))
 
 
+def position_rows(table, x, offset=0, position_ids=None):
+    """The rows of a (max_len, D) table (an array, or a Tensor, which keeps its gradient) for the positions of
+    x (..., T, D), shaped to broadcast against x: rows offset .. offset + T - 1, or the rows position_ids names,
+    integers of shape (T,), or (B, T) with B x's first dim (each sequence of a batch at positions of its own, e.g.
+    after left padding, as Hugging Face's models take position_ids)."""
+    length, max_len, shape = x.shape[-2], table.shape[0], tuple(x.shape)
+    if position_ids is None:
+        if offset + length > max_len:
+            raise ValueError(f"positions up to {offset + length} exceed max_len {max_len}")
+        return table[offset:offset + length]
+    positions = as_array(position_ids)
+    if offset:
+        raise ValueError(f"pass either offset ({offset}) or position_ids, not both: position_ids are absolute")
+    if positions.dtype.kind not in "iu":
+        raise TypeError(f"position_ids must be integers, got dtype {positions.dtype}")
+    if positions.ndim not in (1, 2) or positions.shape[-1] != length or (
+            positions.ndim == 2 and (len(shape) < 3 or positions.shape[0] not in (1, shape[0]))):
+        raise ValueError(f"position_ids of shape {tuple(positions.shape)} do not fit x of shape {shape}: they need "
+                         "(T,), or (B, T) with B x's first dim")
+    if positions.size and not bool(((positions >= 0) & (positions < max_len)).all()):    # -1 would wrap around
+        raise ValueError(f"position_ids must lie in 0 .. max_len - 1 = {max_len - 1}, got {int(positions.min())} .. "
+                         f"{int(positions.max())}")
+    rows = table[positions]
+    if positions.ndim == 1:
+        return rows
+    return rows.reshape(rows.shape[:1] + (1,) * (len(shape) - 3) + tuple(rows.shape[1:]))   # (B, 1.., T, D)
+
+
 class SinusoidalPositionalEncoding(Module):
     """Adds the fixed sinusoidal table to (B, T, D) inputs; offset shifts the positions (cached decoding)."""
 
@@ -46,10 +74,9 @@ class SinusoidalPositionalEncoding(Module):
         super().__init__()
         self.register_buffer("pe", sinusoidal_table(max_len, d_model), persistent=False)
 
-    def forward(self, x, offset=0):
-        if offset + x.shape[1] > self.pe.shape[0]:
-            raise ValueError(f"sequence of {offset + x.shape[1]} positions exceeds max_len {self.pe.shape[0]}")
-        return x + Tensor(self.pe.array[offset:offset + x.shape[1]].astype(x.dtype))
+    def forward(self, x, offset=0, position_ids=None):
+        """x (B, T, d_model) at positions offset .. offset + T - 1, or at position_ids (T,) or (B, T)."""
+        return x + Tensor(position_rows(self.pe.array, x, offset, position_ids).astype(x.dtype))
 
 
 class LearnedPositionalEmbedding(Module):
@@ -59,43 +86,53 @@ class LearnedPositionalEmbedding(Module):
         super().__init__()
         self.weight = init.normal_(_parameter(max_len, d_model), std=0.02)
 
-    def forward(self, x, offset=0):
-        if offset + x.shape[1] > self.weight.shape[0]:
-            raise ValueError(f"sequence of {offset + x.shape[1]} positions exceeds max_len {self.weight.shape[0]}")
-        return x + self.weight[offset:offset + x.shape[1]]
+    def forward(self, x, offset=0, position_ids=None):
+        """x (B, T, d_model) at positions offset .. offset + T - 1, or at position_ids (T,) or (B, T)."""
+        return x + position_rows(self.weight, x, offset, position_ids)
 
 
 class RotaryEmbedding(Module):
     """RoPE (Su et al., 2021): rotate each pair of channels of q and k by an angle proportional to the position.
 
-    Pairs are (i, i + head_dim/2) as in GPT-NeoX and Hugging Face's port of LLaMA (rotate_half); the paper and Meta's
-    original LLaMA code pair neighbours (2i, 2i + 1), the same rotation with the channels in another order. Then
+    Pair i turns by position * base^(-2i/head_dim). Which channels make pair i is a convention: by default
+    (i, i + head_dim/2), as GPT-NeoX and Hugging Face's port of LLaMA (rotate_half); interleaved=True pairs neighbours
+    (2i, 2i + 1), as the RoPE paper, GPT-J and Meta's original LLaMA code (the name and meaning of flash-attn's
+    rotary flag). The two are the same rotation with the channels listed in another order (lesson 13). Either way
     q_m . k_n depends on the positions only through m - n: relative position enters through the dot product itself,
-    and nothing is added to the token embeddings.
+    and nothing is added to the token embeddings. base is Hugging Face's rope_theta (10000 in the paper; LLaMA 3 uses
+    500000).
     """
 
-    def __init__(self, head_dim, max_len=4096, base=10000.0):
+    def __init__(self, head_dim, max_len=4096, base=10000.0, interleaved=False):
         super().__init__()
         if head_dim % 2:
             raise ValueError(f"rotary embedding needs an even head_dim, got {head_dim}")
         xp = _xp()
+        self.head_dim, self.base, self.interleaved = head_dim, float(base), bool(interleaved)
         freqs = base ** (-xp.arange(0, head_dim, 2, dtype=backend.float64) / head_dim)
-        angles = xp.arange(max_len, dtype=backend.float64)[:, None] * freqs[None, :]
-        angles = xp.concatenate([angles, angles], axis=1)                 # (max_len, head_dim)
+        angles = xp.arange(max_len, dtype=backend.float64)[:, None] * freqs[None, :]     # (max_len, pairs)
+        # each angle on both channels of its pair: neighbours, or one in each half
+        angles = xp.repeat(angles, 2, axis=1) if interleaved else xp.concatenate([angles, angles], axis=1)
         # Kept in float64 and cast per call, so a float64 model rotates exactly.
         self.register_buffer("cos", Tensor(xp.cos(angles)), persistent=False)
         self.register_buffer("sin", Tensor(xp.sin(angles)), persistent=False)
 
-    def forward(self, x, offset=0):
-        """x (..., T, head_dim) at positions offset .. offset + T - 1."""
-        length = x.shape[-2]
-        if offset + length > self.cos.shape[0]:
-            raise ValueError(f"positions up to {offset + length} exceed max_len {self.cos.shape[0]}")
-        cos = Tensor(self.cos.array[offset:offset + length].astype(x.dtype))
-        sin = Tensor(self.sin.array[offset:offset + length].astype(x.dtype))
-        first, second = x.chunk(2, dim=-1)
-        rotated = ops.cat([-second, first], dim=-1)                       # multiply each pair by i
-        return x * cos + rotated * sin
+    def forward(self, x, offset=0, position_ids=None):
+        """x (..., T, head_dim) at positions offset .. offset + T - 1, or at position_ids: integers of shape (T,), or
+        (B, T) for x (B, ..., T, head_dim) (as Hugging Face's models take them: each sequence of the batch at
+        positions of its own, e.g. after left padding)."""
+        if x.shape[-1] != self.head_dim:
+            raise ValueError(f"rotary embedding of head_dim {self.head_dim} got x of shape {tuple(x.shape)}")
+        cos, sin = (position_rows(table.array, x, offset, position_ids) for table in (self.cos, self.sin))
+        # multiply each pair by i: (a, b) -> (-b, a), the pair's two channels side by side on axis `pair`
+        half = self.head_dim // 2
+        pair, split = (-1, (half, 2)) if self.interleaved else (-2, (2, half))
+        first, second = x.reshape(tuple(x.shape[:-1]) + split).chunk(2, dim=pair)
+        rotated = ops.cat([-second, first], dim=pair).reshape(x.shape)
+        return x * Tensor(cos.astype(x.dtype)) + rotated * Tensor(sin.astype(x.dtype))
+
+    def extra_repr(self):
+        return f"head_dim={self.head_dim}, base={self.base}, interleaved={self.interleaved}"
 
 
 def relative_position_index(window_h, window_w):
