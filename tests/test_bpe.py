@@ -2,6 +2,7 @@
 merges, and the `tokenizers` package: the same ids on 1,000 probe strings, exact decoding, the same trained merges."""
 import json
 import os
+import re
 import subprocess
 import sys
 import sysconfig
@@ -109,8 +110,8 @@ def test_the_same_ids_as_tokenizers_on_1000_strings(trained):
         assert encoding.ids == reference.ids, text
         assert encoding.tokens == reference.tokens, text
     for text, encoding in zip(texts, ours):
-        assert mine.decode(encoding.ids, skip_special_tokens=False) == text
-        assert mine.decode(encoding.ids) == theirs.decode(encoding.ids)                 # special tokens skipped
+        assert mine.decode(encoding.ids) == text                                        # special tokens kept
+        assert mine.decode(encoding.ids, skip_special_tokens=True) == theirs.decode(encoding.ids)  # its default
     assert mine.get_vocab_size() == theirs.get_vocab_size() == 1500
     assert mine.get_vocab() == theirs.get_vocab()
     assert mine.token_to_id("<pad>") == theirs.token_to_id("<pad>") == 1
@@ -148,8 +149,8 @@ def test_long_pieces_and_batches_as_tokenizers(trained):
     texts = [" " * 100_000 + "x", "selfreturn" * 3_000, "1234567890" * 2_000, "\n" * 5_000 + "    def"]
     assert [e.ids for e in mine.encode_batch(texts)] == [e.ids for e in theirs.encode_batch(texts)]
     ids = [e.ids for e in theirs.encode_batch(["a<|endoftext|>b", "<pad> é"])]
-    assert mine.decode_batch(ids) == theirs.decode_batch(ids)
-    assert mine.decode_batch(ids, skip_special_tokens=False) == theirs.decode_batch(ids, skip_special_tokens=False)
+    for skip in (False, True):
+        assert mine.decode_batch(ids, skip) == theirs.decode_batch(ids, skip_special_tokens=skip)
 
 
 def test_ignore_merges_as_tokenizers(trained, tmp_path):
@@ -201,14 +202,21 @@ def test_trainer_hand_worked():
     assert model.merges == [("a", "a"), ("a", "b")] and model.bpe("aaaa") == ["aa", "aa"]
     model = bpe.train(["x y"], 300, special_tokens=SPECIAL)
     assert model.vocab["<|endoftext|>"] == 0 and model.vocab["!"] == 2 and len(model.vocab) == 2 + 256 + 1
+    # special tokens are cut out first: nothing is learned from '<|' nor across 'x<pad>y'
+    assert bpe.train(["x<|endoftext|>", "<|endoftext|>y", "x<pad>y"] * 3, 300, special_tokens=SPECIAL).merges == []
+    assert bpe.train(["x<|endoftext|>", "<|endoftext|>y", "x<pad>y"] * 3, 259).merges[0] == ("<", "|")
     # ('c', 'd') occurs once, below min_frequency; ('ab', 'ab') twice, once the two 'abab' have merged 'ab'
     assert bpe.train(["abab", "abab", "cd"], 300, min_frequency=2).merges == [("a", "b"), ("ab", "ab")]
 
 
 @pytest.mark.parametrize("min_frequency", [0, 2])
 def test_trainer_learns_the_merges_tokenizers_learns(min_frequency):
+    """tokenizers' trainer learns from special tokens as from any text: it gets the stretches between them, which
+    is what bpe.train learns from."""
     texts = corpus()
-    theirs = json.loads(train_with_tokenizers(texts, 2500, min_frequency=min_frequency).to_str())
+    stretches = [part for text in texts for part in re.split("|".join(map(re.escape, SPECIAL)), text)]
+    assert len(stretches) > len(texts) + 500
+    theirs = json.loads(train_with_tokenizers(stretches, 2500, min_frequency=min_frequency).to_str())
     mine = bpe.train(texts, 2500, special_tokens=SPECIAL, min_frequency=min_frequency)
     their_merges = [tuple(m.split(" ") if isinstance(m, str) else m) for m in theirs["model"]["merges"]]
     assert len(their_merges) > 1500
@@ -256,8 +264,12 @@ def test_python_backend_needs_no_tokenizers_package(trained):
     (lambda spec: spec["model"]["merges"].append(["Ġ", "zzzz"]), "'zzzz' is not in the vocabulary"),
     (lambda spec: spec["model"]["merges"].append("a b c"), "merge 'a b c' is not a pair"),
     (lambda spec: spec.pop("model"), "is not a tokenizer.json"),
-    (lambda spec: spec["model"]["vocab"].update(x="7"), "model.vocab must be an object of token -> integer id"),
-    (lambda spec: spec["added_tokens"][0].pop("id"), "needs a string 'content' and an integer 'id'"),
+    (lambda spec: spec["model"]["vocab"].update(x="7"), "model.vocab must be an object of token -> id, an integer"),
+    (lambda spec: spec["model"]["vocab"].update(x=-1), "model.vocab must be an object of token -> id, an integer"),
+    (lambda spec: spec["model"]["vocab"].update(x=True), "model.vocab must be an object of token -> id, an integer"),
+    (lambda spec: spec["added_tokens"][0].pop("id"), "needs a string 'content' and an 'id', an integer from 0"),
+    (lambda spec: spec["added_tokens"][0].update(id=False), "needs a string 'content' and an 'id', an integer"),
+    (lambda spec: spec["added_tokens"][0].update(content=""), "an added token is empty text"),
     (lambda spec: spec.update(decoder="ByteLevel"), "decoder must be an object or null, not 'ByteLevel'"),
 ])
 def test_unreadable_files_are_refused_by_name(trained, tmp_path, change, message):
@@ -271,6 +283,34 @@ def test_unreadable_files_are_refused_by_name(trained, tmp_path, change, message
     (tmp_path / "tokenizer.json").write_text("{not json", encoding="utf-8")
     with pytest.raises(PretrainedError, match="cannot read .* as JSON"):
         Tokenizer.from_pretrained(tmp_path, backend="python")
+
+
+def test_deeply_nested_file_is_refused_by_name(tmp_path):
+    (tmp_path / "tokenizer.json").write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
+    with pytest.raises(PretrainedError, match="tokenizer.json as JSON: it is nested too deeply"):
+        Tokenizer.from_pretrained(tmp_path, backend="python")
+
+
+def test_added_token_of_the_vocabulary_keeps_its_id_as_tokenizers(trained, tmp_path):
+    """An added token that is already a token of the vocabulary ('Ġthe', 'ing') keeps the vocabulary's id, whatever
+    id the file gives it; it is still cut out of the text first."""
+    tokenizers = pytest.importorskip("tokenizers")
+    folder, _ = trained
+    spec = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+    words = [t for t in ("Ġthe", "ing", "self") if t in spec["model"]["vocab"]]
+    assert len(words) == 3
+    spec["added_tokens"] += [{"id": 2000 + n, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+                              "normalized": False, "special": n == 0} for n, t in enumerate(words)]
+    (tmp_path / "tokenizer.json").write_text(json.dumps(spec), encoding="utf-8")
+    mine = bpe.ByteLevelBPE.from_file(tmp_path / "tokenizer.json")
+    theirs = tokenizers.Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    texts = ["Ġthe singing self", "xĠthe, thing"] + [text for _, text in probe_strings(300, seed=5)]
+    assert [mine.encode(t).ids for t in texts] == [e.ids for e in theirs.encode_batch(texts)]
+    assert [mine.token_to_id(t) for t in words] == [theirs.token_to_id(t) for t in words]
+    assert mine.token_to_id(words[0]) == spec["model"]["vocab"][words[0]] and mine.id_to_token(2000) is None
+    assert mine.get_vocab_size() == theirs.get_vocab_size() == 1500
+    ids = mine.encode("Ġthe sing").ids
+    assert mine.decode(ids, skip_special_tokens=True) == theirs.decode(ids, skip_special_tokens=True) == " sing"
 
 
 def test_lesson_21_reads_a_tokenizer_folder(trained, tmp_path):
