@@ -1,11 +1,13 @@
 """The byte-level BPE built here (tinyattn/data/bpe.py) against GPT-2's documented table and pattern, hand-worked
 merges, and the `tokenizers` package: the same ids on 1,000 probe strings, exact decoding, the same trained merges."""
+import io
 import json
 import os
 import re
 import subprocess
 import sys
 import sysconfig
+import tracemalloc
 import unicodedata
 
 import pytest
@@ -283,6 +285,168 @@ def test_unreadable_files_are_refused_by_name(trained, tmp_path, change, message
     (tmp_path / "tokenizer.json").write_text("{not json", encoding="utf-8")
     with pytest.raises(PretrainedError, match="cannot read .* as JSON"):
         Tokenizer.from_pretrained(tmp_path, backend="python")
+
+
+def test_bytes_form_as_cs336_speaks_it(trained):
+    """to_bytes: {id: bytes} and [(bytes, bytes)]; the bytes of an encoding's ids, joined, are the text's UTF-8
+    (a special token's are its own), each merge's two sides make a token's bytes; Tokenizer(vocab, merges,
+    special_tokens) reads the form back to the same ids."""
+    folder, _ = trained
+    mine = bpe.ByteLevelBPE.from_file(folder / "tokenizer.json")
+    vocab, merges = mine.to_bytes()
+    assert sorted(vocab) == list(range(1500)) and all(type(b) is bytes for b in vocab.values())
+    assert vocab[mine.token_to_id("Ġthe")] == b" the" and vocab[0] == b"<|endoftext|>" and vocab[2] == b"!"
+    made = set(vocab.values())
+    assert len(merges) == len(mine.merges) > 1000 and all(left + right in made for left, right in merges)
+    assert merges[0] == tuple(bpe.token_bytes(t) for t in mine.merges[0])
+    texts = [text for _, text in probe_strings(300, seed=6, special_tokens=SPECIAL)]
+    assert all(b"".join(vocab[i] for i in mine.encode(text).ids) == text.encode("utf-8") for text in texts)
+    again = Tokenizer(vocab, merges, SPECIAL)
+    assert [again.encode(text) for text in texts] == [mine.encode(text).ids for text in texts]
+    assert again.backend_tokenizer.to_bytes() == (vocab, merges)
+    assert [again.decode(again.encode(text)) for text in texts] == texts
+    extended = Tokenizer(vocab, merges, [*SPECIAL, "<|im_start|>"])          # not in vocab: the next id
+    assert extended.encode("a<|im_start|>") == [mine.token_to_id("a"), 1500] and extended.vocab_size == 1501
+    with pytest.raises(TypeError, match="either vocab and merges"):
+        Tokenizer()
+    with pytest.raises(TypeError, match=r"from_bytes takes vocab as \{id: bytes\}"):
+        Tokenizer(mine.vocab, mine.merges)                                     # the table form
+    with pytest.raises(TypeError, match="'a', 'b'.* is not a pair of bytes"):
+        Tokenizer(vocab, [("a", "b")])
+    with pytest.raises(ValueError, match=r"vocab gives b'!' two ids, \[2, 1500\]"):
+        Tokenizer({**vocab, 1500: b"!"}, merges)
+
+
+def test_gpt2s_vocab_and_merges_files(trained, tmp_path):
+    """One tokenizer in both layouts, tokenizer.json and GPT-2's vocab.json + merges.txt (written by tokenizers'
+    own BPE.save, with transformers' tokenizer_config.json listing the added tokens): every reader gives the ids
+    tokenizers gives on 1,000 probe strings, reading the pair itself as its ByteLevelBPETokenizer does."""
+    tokenizers = pytest.importorskip("tokenizers")
+    folder, theirs = trained
+    pair = tmp_path / "pair"
+    pair.mkdir()
+    theirs.model.save(str(pair))
+    assert (pair / "merges.txt").read_text(encoding="utf-8").startswith("#version: 0.2\n")
+    added = {str(theirs.token_to_id(t)): {"content": t, "lstrip": False, "normalized": False, "rstrip": False,
+                                           "single_word": False, "special": True} for t in SPECIAL}
+    (pair / "tokenizer_config.json").write_text(json.dumps({"added_tokens_decoder": added}), encoding="utf-8")
+
+    def read_pair(special_tokens, add_prefix_space=False):
+        reference = tokenizers.Tokenizer(tokenizers.models.BPE.from_file(str(pair / "vocab.json"),
+                                                                         str(pair / "merges.txt")))
+        reference.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space)
+        reference.decoder = tokenizers.decoders.ByteLevel()
+        reference.add_special_tokens(special_tokens)
+        return reference
+    texts = [text for _, text in probe_strings(1000, seed=0, special_tokens=SPECIAL)]
+    expected = [e.ids for e in read_pair(SPECIAL).encode_batch(texts)]
+    assert expected == [e.ids for e in theirs.encode_batch(texts)]
+    readers = {"tokenizer.json, python": Tokenizer.from_pretrained(folder, backend="python"),
+               "pair, python": Tokenizer.from_pretrained(pair, backend="python"),
+               "pair, tokenizers": Tokenizer.from_pretrained(pair),
+               "from_files": Tokenizer.from_files(pair / "vocab.json", pair / "merges.txt", SPECIAL)}
+    for name, tokenizer in readers.items():
+        assert [tokenizer.encode(text) for text in texts] == expected, name
+        assert tokenizer.vocab_size == 1500, name
+        assert tokenizer.decode(expected[7]) == texts[7], name
+    # without added_tokens_decoder, GPT2Tokenizer's one special token, <|endoftext|>; add_prefix_space as the file says
+    (pair / "tokenizer_config.json").write_text('{"add_prefix_space": true}', encoding="utf-8")
+    expected = [e.ids for e in read_pair(SPECIAL[:1], add_prefix_space=True).encode_batch(texts)]
+    assert expected != [e.ids for e in read_pair(SPECIAL[:1]).encode_batch(texts)]
+    for backend in ("python", "tokenizers"):
+        tokenizer = Tokenizer.from_pretrained(pair, backend=backend)
+        assert [tokenizer.encode(text) for text in texts] == expected, backend
+
+
+def test_damaged_vocab_and_merges_are_refused_by_name(trained, tmp_path):
+    _, theirs = trained
+    theirs.model.save(str(tmp_path))
+    merges = (tmp_path / "merges.txt").read_text(encoding="utf-8")
+    lines = merges.count("\n")
+    for extra, message in [("a b c\n", f"merges.txt, line {lines + 1}: 'a b c' is not a pair of tokens"),
+                           ("\n", f"merges.txt, line {lines + 1}: '' is not a pair"),
+                           ("Ġ zzzz\n", r"vocab.json, .*merges.txt and .*: merge \('Ġ', 'zzzz'\): 'zzzz' is not")]:
+        (tmp_path / "merges.txt").write_text(merges + extra, encoding="utf-8")
+        with pytest.raises(PretrainedError, match=message):
+            Tokenizer.from_pretrained(tmp_path, backend="python")
+    (tmp_path / "merges.txt").unlink()
+    with pytest.raises(ValueError, match="cannot read .*merges.txt as text"):
+        Tokenizer.from_files(tmp_path / "vocab.json", tmp_path / "merges.txt")
+    with pytest.raises(PretrainedError, match="holds no tokenizer.json"):
+        Tokenizer.from_pretrained(tmp_path, backend="python")
+    (tmp_path / "merges.txt").write_text(merges, encoding="utf-8")
+    for content, message in [("[" * 100_000 + "]" * 100_000, "vocab.json as JSON: it is nested too deeply"),
+                              ('["a"]', "vocab.json is not GPT-2's vocab.json"),
+                              ('{"a": -1}', "vocab.json is not GPT-2's vocab.json")]:
+        (tmp_path / "vocab.json").write_text(content, encoding="utf-8")
+        with pytest.raises(PretrainedError, match=message):
+            Tokenizer.from_pretrained(tmp_path, backend="python")
+
+
+def test_encode_iterable_gives_the_ids_of_the_whole_text(trained, monkeypatch):
+    """Cut anywhere (in a contraction, a run of spaces, a special token), the pieces give the ids of the whole text;
+    each line encoded by itself would not ('x\\n    return' is 'x', '\\n   ', ' return')."""
+    folder, _ = trained
+    tokenizer = Tokenizer.from_pretrained(folder, backend="python")
+    lines = ["x\n", "    return"]
+    assert sum((tokenizer.encode(line) for line in lines), []) != tokenizer.encode("".join(lines))
+    text = "".join(t for _, t in probe_strings(300, seed=7, special_tokens=SPECIAL)) + " we're <|endoftext|>\n\n  x"
+    whole = tokenizer.encode(text)
+    assert list(tokenizer.encode_iterable(io.StringIO(text))) == whole                       # a file's lines
+    prefixed = bpe.ByteLevelBPE(tokenizer.backend_tokenizer.vocab, tokenizer.backend_tokenizer.merges,
+                                tokenizer.backend_tokenizer.special_tokens, add_prefix_space=True)
+    monkeypatch.setattr(bpe, "STREAM_CHUNK", 1)                                 # split again after every piece
+    assert list(tokenizer.encode_iterable(lines)) == tokenizer.encode("".join(lines))
+    for size in (1, 2, 3, 5, 13):
+        chunks = [text[i:i + size] for i in range(0, len(text), size)]
+        assert list(tokenizer.encode_iterable(chunks)) == whole, size
+        assert list(prefixed.encode_iterable(chunks)) == prefixed.encode(text).ids, size
+    with pytest.raises(TypeError, match="tokenizers package has no streaming encode: .*backend='python'"):
+        Tokenizer.from_pretrained(folder).encode_iterable(lines)
+
+
+def test_encode_iterable_holds_bounded_memory(trained, tmp_path):
+    """A 1.5 MB file streams through holding a small fraction of it: the text held at a time is bounded by
+    STREAM_CHUNK (read whole, the text and its ids take several times the file's size)."""
+    folder, _ = trained
+    mine = bpe.ByteLevelBPE.from_file(folder / "tokenizer.json")
+    text = "".join(t for _, t in probe_strings(1000, seed=8, special_tokens=SPECIAL))
+    count = len(mine.encode(text).ids)              # this fills the cache of pieces: what is measured is the stream
+    path = tmp_path / "big.txt"
+    path.write_text(text * (1_500_000 // len(text.encode("utf-8")) + 1), encoding="utf-8", newline="")
+    size = path.stat().st_size
+    tracemalloc.start()
+    try:
+        with open(path, encoding="utf-8", newline="") as file:
+            streamed = sum(1 for _ in mine.encode_iterable(file))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert streamed >= count * (size // len(text.encode("utf-8"))) * 0.99
+    assert peak < size / 4, f"peak {peak:,} bytes streaming a file of {size:,}"      # 240 kB of 1.5 MB, measured
+
+
+def test_train_bpe_from_a_file(tmp_path):
+    """train_bpe(path, vocab_size, special_tokens): the file as one text, its line ends kept, special tokens cut
+    out; the bytes form of train's result on the same text."""
+    text = "".join(corpus(2)[:2]).replace("\n", "\r\n") + "<|endoftext|>" + "<|endoftext|>".join(corpus(0))
+    path = tmp_path / "corpus.txt"
+    path.write_bytes(text.encode("utf-8"))
+    vocab, merges = bpe.train_bpe(path, 600, SPECIAL)
+    assert (vocab, merges) == bpe.train([text], 600, special_tokens=SPECIAL).to_bytes()
+    assert vocab[0] == b"<|endoftext|>" and len(vocab) == 600 and (b"\r", b"\n") in merges
+    stretches = re.split("|".join(map(re.escape, SPECIAL)), text)
+    assert len(stretches) > 3000 and (vocab, merges) == bpe.train(stretches, 600, special_tokens=SPECIAL).to_bytes()
+    for size in (-5, 257, True, 600.0):
+        with pytest.raises(ValueError, match=f"vocab_size is {size!r}; .* 2 special tokens and the 256 bytes, so"):
+            bpe.train_bpe(path, size, SPECIAL)
+    with pytest.raises(ValueError, match="vocab_size is -5; .* at least 256"):
+        bpe.train(["abc"], -5)
+    with pytest.raises(TypeError, match="train takes an iterable of texts"):
+        bpe.train("abc", 300)
+    path.write_bytes(b"ab\xff")
+    with pytest.raises(ValueError, match="corpus.txt is not UTF-8 text"):
+        bpe.train_bpe(path, 300)
 
 
 def test_deeply_nested_file_is_refused_by_name(tmp_path):

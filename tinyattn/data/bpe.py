@@ -41,7 +41,7 @@ def bytes_to_unicode():
 
 
 CACHE_SIZE = 100_000             # pieces whose tokens an encoder remembers (text repeats its pieces endlessly)
-STREAM_CHUNK = 1 << 16           # characters a stream gathers before it splits them (one regex call per 64 Ki)
+STREAM_CHUNK = 1 << 14           # characters a stream gathers before it splits them (one regex call per 16 Ki)
 BYTE_TO_CHAR = bytes_to_unicode()
 CHAR_TO_BYTE = {c: b for b, c in BYTE_TO_CHAR.items()}
 
@@ -58,9 +58,15 @@ def _compiled(pattern):
 
 def pre_tokenize(text, add_prefix_space=False):
     """text -> the pieces GPT-2's pattern splits it into (BPE never merges across two of them)."""
-    if add_prefix_space and not text.startswith(" "):
-        text = " " + text
-    return _compiled(PATTERN).findall(text)
+    return [piece for piece, _ in _piece_ends(text, add_prefix_space)]
+
+
+def _piece_ends(text, add_prefix_space):
+    """(piece, where it ends in text) for each piece of text, one at a time; add_prefix_space puts a space in front
+    of a text that does not begin with one (it ends at 0 where it is a piece of its own)."""
+    shift = int(add_prefix_space and not text.startswith(" "))
+    for match in _compiled(PATTERN).finditer(" " * shift + text):
+        yield match.group(), match.end() - shift
 
 
 def to_byte_chars(piece):
@@ -95,21 +101,18 @@ class Splitter:
         self.add_prefix_space = add_prefix_space
 
     def split(self, text, starts_stretch=True):
-        """[(unit, is_added, end)] in order, end being where the unit ends in text. starts_stretch: text begins a
-        stretch (add_prefix_space puts its space there), rather than going on with one."""
-        units, start = [], 0
+        """Yields (unit, is_added, end) in order, end being where the unit ends in text. starts_stretch: text begins
+        a stretch (add_prefix_space puts its space there), rather than going on with one."""
+        start = 0
         for match in [*(self.added.finditer(text) if self.added else ()), None]:
             stop = match.start() if match else len(text)
             if stop > start:
-                pieces = pre_tokenize(text[start:stop], self.add_prefix_space and (starts_stretch or start > 0))
-                end = stop - sum(map(len, pieces))           # start, or one before it for add_prefix_space's space
-                for piece in pieces:
-                    end += len(piece)
-                    units.append((piece, False, end))
+                prefix = self.add_prefix_space and (starts_stretch or start > 0)
+                for piece, end in _piece_ends(text[start:stop], prefix):
+                    yield piece, False, start + end
             if match:
-                units.append((match.group(), True, match.end()))
+                yield match.group(), True, match.end()
                 start = match.end()
-        return units
 
     def stream(self, chunks):
         """(unit, is_added) of the text the chunks (a file's lines) make together: the units split gives for the
@@ -203,6 +206,22 @@ class ByteLevelBPE:
         return ({i: token_bytes(t) for i, t in sorted(self.id_to_text.items())},
                 [(token_bytes(left), token_bytes(right)) for left, right in self.merges])
 
+    def to_str(self):
+        """This tokenizer as the text of a tokenizer.json, in the layout `tokenizers` writes (its to_str), so that
+        `tokenizers.Tokenizer.from_str` reads the same ids."""
+        byte_level = {"type": "ByteLevel", "add_prefix_space": self.add_prefix_space, "trim_offsets": True,
+                      "use_regex": True}
+        added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
+                  "special": i in self.special_ids} for t, i in sorted(self.added.items(), key=lambda item: item[1])]
+        return json.dumps({
+            "version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
+            "pre_tokenizer": byte_level, "post_processor": {**byte_level, "trim_offsets": False},
+            "decoder": byte_level,
+            "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                      "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
+                      "ignore_merges": self.ignore_merges, "vocab": self.vocab, "merges": self.merges}},
+            ensure_ascii=False)
+
     # --- reading GPT-2's vocab.json and merges.txt ----------------------------------------------------------
     @classmethod
     def from_files(cls, vocab_filepath, merges_filepath, special_tokens=None, add_prefix_space=False):
@@ -241,17 +260,7 @@ class ByteLevelBPE:
             raise ValueError(f"{path}: model.vocab must be an object of token -> id, an integer from 0")
         if not isinstance(merges, list):
             raise ValueError(f"{path}: model.merges must be a list")
-        special, added = {}, {}
-        for token in spec.get("added_tokens") or []:
-            if not isinstance(token, dict) or not isinstance(token.get("content"), str) or \
-                    not is_id(token.get("id")):
-                raise ValueError(f"{path}: added token {token!r} needs a string 'content' and an 'id', an integer "
-                                 "from 0")
-            for key in ("single_word", "lstrip", "rstrip"):
-                if token.get(key):
-                    raise ValueError(f"{path}: added token {token['content']!r} sets {key}, which the python "
-                                     "backend does not implement; use backend='tokenizers'")
-            (special if token.get("special") else added)[token["content"]] = token["id"]
+        special, added = read_added_tokens(path, spec.get("added_tokens") or [])
         pairs = [m.split(" ") if isinstance(m, str) else m for m in merges]     # "a b" (GPT-2's file) or ["a", "b"]
         for merge, pair in zip(merges, pairs):
             if not isinstance(pair, list) or len(pair) != 2 or not all(isinstance(t, str) for t in pair):
@@ -275,8 +284,8 @@ class ByteLevelBPE:
 
     def encode_iterable(self, iterable):
         """Yields the ids of the text that the strings of iterable (an open file: its lines) make together, the
-        same as encode("".join(iterable)).ids, holding a bounded stretch of text at a time (64 Ki characters, or
-        twice the longest piece): a file larger than memory streams through."""
+        same as encode("".join(iterable)).ids, holding a bounded stretch of text at a time (about STREAM_CHUNK
+        characters, or twice the longest piece): a file larger than memory streams through."""
         for unit, is_added in self.splitter.stream(iterable):
             if is_added:
                 yield self.added[unit]
@@ -402,6 +411,21 @@ def read_vocab_merges(vocab_filepath, merges_filepath):
             raise ValueError(f"{merges_filepath}, line {number}: {line[:80]!r} is not a pair of tokens 'left right'")
         merges.append(tuple(pair))
     return vocab, merges
+
+
+def read_added_tokens(path, tokens):
+    """({text: id} of the special tokens, {text: id} of the other added tokens) from a list of added tokens as
+    tokenizer.json writes them ({"id": ..., "content": ..., "special": ...}); path names their file."""
+    special, added = {}, {}
+    for token in tokens:
+        if not isinstance(token, dict) or not isinstance(token.get("content"), str) or not is_id(token.get("id")):
+            raise ValueError(f"{path}: added token {token!r} needs a string 'content' and an 'id', an integer from 0")
+        for key in ("single_word", "lstrip", "rstrip"):
+            if token.get(key):
+                raise ValueError(f"{path}: added token {token['content']!r} sets {key}, which the python "
+                                 "backend does not implement; use backend='tokenizers'")
+        (special if token.get("special") else added)[token["content"]] = token["id"]
+    return special, added
 
 
 def _section(path, spec, key):
