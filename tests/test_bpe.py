@@ -9,6 +9,7 @@ import sys
 import sysconfig
 import tracemalloc
 import unicodedata
+from collections import Counter
 
 import pytest
 
@@ -426,18 +427,56 @@ def test_encode_iterable_holds_bounded_memory(trained, tmp_path):
     assert peak < size / 4, f"peak {peak:,} bytes streaming a file of {size:,}"      # 240 kB of 1.5 MB, measured
 
 
+def train_as_cs336_handout(text, vocab_size, special_tokens):
+    """CS336's BPE training as its handout words it, slowly: count the pieces of the stretches between special
+    tokens, then again and again recount every pair and merge the most frequent, a tie going to the greater pair
+    of bytes. Vocabulary: the special tokens, the 256 bytes, the merges (ids need not agree with anyone's)."""
+    words = Counter(tuple(bytes([b]) for b in piece.encode("utf-8"))
+                    for stretch in re.split("|".join(map(re.escape, special_tokens)), text)
+                    for piece in bpe.pre_tokenize(stretch))
+    merges = []
+    while len(special_tokens) + 256 + len(merges) < vocab_size:
+        pairs = Counter()
+        for word, count in words.items():
+            for pair in zip(word, word[1:]):
+                pairs[pair] += count
+        if not pairs:
+            break
+        best = max(pairs, key=lambda pair: (pairs[pair], pair))
+        merges.append(best)
+        merged = Counter()
+        for word, count in words.items():
+            out, i = [], 0
+            while i < len(word):
+                if word[i:i + 2] == best:
+                    out.append(best[0] + best[1])
+                    i += 2
+                else:
+                    out.append(word[i])
+                    i += 1
+            merged[tuple(out)] += count
+        words = merged
+    return merges
+
+
 def test_train_bpe_from_a_file(tmp_path):
-    """train_bpe(path, vocab_size, special_tokens): the file as one text, its line ends kept, special tokens cut
-    out; the bytes form of train's result on the same text."""
-    text = "".join(corpus(2)[:2]).replace("\n", "\r\n") + "<|endoftext|>" + "<|endoftext|>".join(corpus(0))
+    """train_bpe(path, vocab_size, special_tokens): the file as one text streamed in pieces, its line ends kept,
+    special tokens cut out, ties to the greater pair of bytes: the merges of CS336's handout, in order."""
+    text = "".join(corpus(2)[:2])[:40_000].replace("\n", "\r\n") + "<|endoftext|>" + \
+        "<|endoftext|>".join(t for _, t in probe_strings(600, seed=9, special_tokens=SPECIAL))
     path = tmp_path / "corpus.txt"
     path.write_bytes(text.encode("utf-8"))
-    vocab, merges = bpe.train_bpe(path, 600, SPECIAL)
-    assert (vocab, merges) == bpe.train([text], 600, special_tokens=SPECIAL).to_bytes()
-    assert vocab[0] == b"<|endoftext|>" and len(vocab) == 600 and (b"\r", b"\n") in merges
-    stretches = re.split("|".join(map(re.escape, SPECIAL)), text)
-    assert len(stretches) > 3000 and (vocab, merges) == bpe.train(stretches, 600, special_tokens=SPECIAL).to_bytes()
-    for size in (-5, 257, True, 600.0):
+    assert len(text) > 3 * bpe.STREAM_CHUNK
+    vocab, merges = bpe.train_bpe(path, 408, SPECIAL)
+    assert merges == train_as_cs336_handout(text, 408, SPECIAL)
+    assert [vocab[i] for i in range(2)] == [s.encode() for s in SPECIAL] and sorted(vocab) == list(range(408))
+    assert set(vocab.values()) == {*(s.encode() for s in SPECIAL), *(bytes([b]) for b in range(256)),
+                                   *(left + right for left, right in merges)}
+    assert (b"\r", b"\n") in merges
+    # the same counts, ties broken as tokenizers breaks them: another order
+    assert [bpe.token_bytes(t) for pair in bpe.train([text], 408, SPECIAL).merges for t in pair] != \
+        [b for pair in merges for b in pair]
+    for size in (-5, 257, True, 408.0):
         with pytest.raises(ValueError, match=f"vocab_size is {size!r}; .* 2 special tokens and the 256 bytes, so"):
             bpe.train_bpe(path, size, SPECIAL)
     with pytest.raises(ValueError, match="vocab_size is -5; .* at least 256"):

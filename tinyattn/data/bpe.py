@@ -467,7 +467,8 @@ def train(texts, vocab_size, special_tokens=(), min_frequency=0, add_prefix_spac
 def train_bpe(input_path, vocab_size, special_tokens=None):
     """CS336's face of train: learn from the UTF-8 text file at input_path, read as one stream (the file need not
     fit in memory; its line ends kept as they are), special tokens cut out. Returns the bytes form: (vocab
-    {id: bytes}, merges [(bytes, bytes)] earliest first)."""
+    {id: bytes}, merges [(bytes, bytes)] earliest first). A tie of counts goes, as CS336's handout asks, to the
+    lexicographically greater pair of bytes (train, as `tokenizers`, gives it to the smallest ids instead)."""
     special_tokens = list(special_tokens or [])
     names, ids = _alphabet(special_tokens, vocab_size)
     try:
@@ -475,7 +476,24 @@ def train_bpe(input_path, vocab_size, special_tokens=None):
             words = _count_pieces(Splitter(special_tokens).stream(lines))
     except UnicodeDecodeError as error:
         raise ValueError(f"{input_path} is not UTF-8 text ({error})") from None
-    return _learn(words, names, ids, vocab_size, special_tokens).to_bytes()
+
+    def greater_first(pair):
+        return _Descending((token_bytes(names[pair[0]]), token_bytes(names[pair[1]])))
+    return _learn(words, names, ids, vocab_size, special_tokens, tie=greater_first).to_bytes()
+
+
+class _Descending:
+    """Wraps a key so that a heap, which pops the smallest first, pops the greatest key first."""
+    __slots__ = ("key",)
+
+    def __init__(self, key):
+        self.key = key
+
+    def __lt__(self, other):
+        return self.key > other.key
+
+    def __eq__(self, other):
+        return self.key == other.key
 
 
 def _alphabet(special_tokens, vocab_size):
@@ -497,8 +515,9 @@ def _count_pieces(units):
     return Counter(to_byte_chars(unit) for unit, is_added in units if not is_added)
 
 
-def _learn(words, names, ids, vocab_size, special_tokens, min_frequency=0, add_prefix_space=False):
+def _learn(words, names, ids, vocab_size, special_tokens, min_frequency=0, add_prefix_space=False, tie=None):
     """The merges learned from the pieces' counts (see train); names and ids (the alphabet) grow as it merges.
+    tie(pair of ids) orders pairs of equal counts, the smallest first; by default the ids themselves.
 
     Lesson 21 recounts every pair after every merge. Here, as in `tokenizers`, a merge changes only the counts of
     the pairs around each place it merges, and a heap holds (count, pair, the pieces where the pair was made); an
@@ -514,18 +533,19 @@ def _learn(words, names, ids, vocab_size, special_tokens, min_frequency=0, add_p
         for pair in zip(piece, piece[1:]):
             pair_counts[pair] += counts[i]
             where[pair].add(i)
-    queue = []                         # entries (-count, pair, pieces): the most frequent, then the smallest pair
+    queue = []                         # entries (-count, tie, pair, pieces): the most frequent, then the first tie
+    tie = tie or (lambda pair: pair)
 
     def push(found):
         for pair, positions in found.items():
             if pair_counts[pair] > 0:
-                heapq.heappush(queue, (-pair_counts[pair], pair, positions))
+                heapq.heappush(queue, (-pair_counts[pair], tie(pair), pair, positions))
     push(where)
     merges = []
     while len(names) < vocab_size and queue:
-        minus_count, pair, positions = heapq.heappop(queue)
+        minus_count, order, pair, positions = heapq.heappop(queue)
         if -minus_count != pair_counts[pair]:
-            heapq.heappush(queue, (-pair_counts[pair], pair, positions))
+            heapq.heappush(queue, (-pair_counts[pair], order, pair, positions))
             continue
         if -minus_count < max(1, min_frequency):
             break
