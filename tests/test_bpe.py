@@ -376,6 +376,11 @@ def test_damaged_vocab_and_merges_are_refused_by_name(trained, tmp_path):
     with pytest.raises(PretrainedError, match="holds no tokenizer.json"):
         Tokenizer.from_pretrained(tmp_path, backend="python")
     (tmp_path / "merges.txt").write_text(merges, encoding="utf-8")
+    (tmp_path / "tokenizer_config.json").write_text('{"add_bos_token": true}', encoding="utf-8")
+    for backend in ("python", "tokenizers"):
+        with pytest.raises(PretrainedError, match="tokenizer_config.json sets add_bos_token: GPT2Tokenizer would"):
+            Tokenizer.from_pretrained(tmp_path, backend=backend)
+    (tmp_path / "tokenizer_config.json").unlink()
     for content, message in [("[" * 100_000 + "]" * 100_000, "vocab.json as JSON: it is nested too deeply"),
                               ('["a"]', "vocab.json is not GPT-2's vocab.json"),
                               ('{"a": -1}', "vocab.json is not GPT-2's vocab.json")]:

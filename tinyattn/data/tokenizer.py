@@ -106,6 +106,11 @@ def _read_vocab_merges(folder):
     vocab_path, merges_path = os.path.join(folder, VOCAB), os.path.join(folder, MERGES)
     config_path = os.path.join(folder, TOKENIZER_CONFIG)
     config = hub.read_json(config_path, f"{config_path} is not a file") if os.path.isfile(config_path) else {}
+    adding = [key for key in ("add_bos_token", "add_eos_token") if config.get(key)]
+    if adding:
+        raise hub.PretrainedError(f"{config_path} sets {adding[0]}: GPT2Tokenizer would put that token around every "
+                                  "text, which encode here does not do; add its id to the ids yourself and remove "
+                                  "the setting")
     listed = config.get("added_tokens_decoder")
     if listed is not None and not (isinstance(listed, dict) and all(isinstance(t, dict) for t in listed.values())):
         raise hub.PretrainedError(f"{config_path}: added_tokens_decoder must be an object of id -> token object")
