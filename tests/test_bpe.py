@@ -407,6 +407,8 @@ def test_encode_iterable_gives_the_ids_of_the_whole_text(trained, monkeypatch):
         chunks = [text[i:i + size] for i in range(0, len(text), size)]
         assert list(tokenizer.encode_iterable(chunks)) == whole, size
         assert list(prefixed.encode_iterable(chunks)) == prefixed.encode(text).ids, size
+    with pytest.raises(TypeError, match="a stream of text is strings .*, not bytes"):
+        list(tokenizer.encode_iterable([b"a binary file's line"]))
     with pytest.raises(TypeError, match="tokenizers package has no streaming encode: .*backend='python'"):
         Tokenizer.from_pretrained(folder).encode_iterable(lines)
 

@@ -121,6 +121,8 @@ class Splitter:
         The held text is split again once it has doubled, so a piece as long as the file costs linear time."""
         held, size, starts_stretch, wait = [], 0, True, STREAM_CHUNK
         for chunk in chunks:
+            if not isinstance(chunk, str):
+                raise TypeError(f"a stream of text is strings (a file opened in text mode), not {type(chunk).__name__}")
             held.append(chunk)
             size += len(chunk)
             if size < wait:
