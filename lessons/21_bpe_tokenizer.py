@@ -15,7 +15,7 @@
 # result against Hugging Face's `tokenizers`, which every GPT-2 in the wild is read with: the same merges from the
 # same text, and the same ids on 1,000 strings chosen to be hard. The library's own version of what is built here
 # is `tinyattn.data.bpe`; `data.Tokenizer.from_pretrained(folder, backend="python")` reads a real model's
-# tokenizer.json with it.
+# tokenizer.json (or GPT-2's older vocab.json and merges.txt) with it.
 
 # %%
 import os
@@ -272,6 +272,24 @@ text = "first document<|endoftext|>second<|endoftext"
 encoded = encode(text)
 print(f"{text!r} -> {[tokenizer.id_to_token(i) for i in encoded]}")
 assert encoded.count(ids["<|endoftext|>"]) == 1 and decode(encoded) == text
+
+# %% [markdown]
+# ## A file read line by line
+# A corpus is often larger than memory, and a file is read a line at a time. Encoding each line by itself is not
+# encoding the file: the pattern gives a run of spaces' last space to the word after it, so a line's '\n' and the
+# next line's indentation make one piece in the whole text ('\n   ' then ' return') but two line by line. The
+# library's `encode_iterable` (in `tinyattn.data.bpe`, as `data.Tokenizer`'s) holds back what more text could still
+# change, the last few characters and anything that could begin a special token, and gives the ids of the whole text
+# while holding only a bounded stretch of it.
+
+# %%
+lines = held_out.splitlines(keepends=True)
+whole = tokenizer.encode(held_out).ids
+line_by_line = [i for line in lines for i in tokenizer.encode(line).ids]
+streamed = list(tokenizer.encode_iterable(lines))
+print(f"held-out source, {len(lines):,} lines: {len(whole):,} ids whole, {len(line_by_line):,} line by line "
+      f"(different ids: {line_by_line != whole}), {len(streamed):,} streamed (the whole text's: {streamed == whole})")
+assert streamed == whole and line_by_line != whole
 
 # %% [markdown]
 # ## What a bigger vocabulary buys

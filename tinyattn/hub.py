@@ -15,7 +15,8 @@ from .serialization import read_safetensors, safetensors_bytes, stage
 
 WEIGHTS, INDEX, CONFIG = "model.safetensors", "model.safetensors.index.json", "config.json"
 # what a model folder holds that tinyattn reads; a hub download fetches only these
-FILES = [CONFIG, WEIGHTS, INDEX, "model-*.safetensors", "tokenizer.json", "preprocessor_config.json"]
+FILES = [CONFIG, WEIGHTS, INDEX, "model-*.safetensors", "tokenizer.json", "vocab.json", "merges.txt",
+         "tokenizer_config.json", "preprocessor_config.json"]
 
 
 # a hub repository id, as huggingface_hub checks it: name or owner/name, each part at most 96 characters
