@@ -63,7 +63,8 @@ class ReferenceFlashAttention(Function):
     A row that has seen only masked keys keeps m = -inf, so exp is taken against 0 there (no -inf - -inf = NaN); a
     row with every key masked ends with l = 0: output 0 and L = +inf, so its recomputed P is 0. L is kept in float64:
     in the inputs' dtype, m + log l would round to half of L's last place (1/64 at logits of 4e5 in float32, 2 at
-    5e3 in float16), and exp(S - L) would pass that error on to every P of the row.
+    5e3 in float16), and exp(S - L) would pass that error on to every P of the row. Backward takes S - L in float64
+    and rounds it once to the inputs' dtype, so P, dP, dS and every product stay in that dtype, as in the forward.
     """
 
     @staticmethod
@@ -90,8 +91,8 @@ class ReferenceFlashAttention(Function):
                 l_new = alpha * l + p.sum(axis=-1, keepdims=True)
                 acc = alpha * acc + p @ v[..., cols, :]
                 if record is not None:
-                    record("forward", rows, cols, scores=s, m_before=m, m=m_new, l_before=l, l=l_new, alpha=alpha,
-                           acc=acc)
+                    record("forward", rows, cols, scores=s, p=p, m_before=m, m=m_new, l_before=l, l=l_new,
+                           alpha=alpha, acc=acc)
                 m, l = m_new, l_new
             empty = l == 0
             out[..., rows, :] = xp.where(empty, zero, acc / xp.where(empty, 1, l))
@@ -116,14 +117,14 @@ class ReferenceFlashAttention(Function):
                 if not _visible(rows, cols, is_causal):
                     continue
                 s = _scores(q[..., rows, :], k[..., cols, :], scale, _block_bias(mask, rows, cols, is_causal, q))
-                p = xp.exp(s - L[..., rows, :])
+                p = xp.exp((s - L[..., rows, :]).astype(s.dtype))
                 dv = xp.swapaxes(p, -1, -2) @ grad[..., rows, :]
                 dp = grad[..., rows, :] @ xp.swapaxes(v[..., cols, :], -1, -2)
                 ds = p * (dp - D[..., rows, :])
                 dq = scale * (ds @ k[..., cols, :])
                 dk = scale * (xp.swapaxes(ds, -1, -2) @ q[..., rows, :])
                 if record is not None:
-                    record("backward", rows, cols, scores=s, p=p, ds=ds, dq=dq, dk=dk, dv=dv)
+                    record("backward", rows, cols, scores=s, p=p, dp=dp, ds=ds, dq=dq, dk=dk, dv=dv)
                 grad_q[..., rows, :] += dq
                 grad_k[..., cols, :] += dk
                 grad_v[..., cols, :] += dv
