@@ -63,8 +63,7 @@ class ReferenceFlashAttention(Function):
     A row that has seen only masked keys keeps m = -inf, so exp is taken against 0 there (no -inf - -inf = NaN); a
     row with every key masked ends with l = 0: output 0 and L = +inf, so its recomputed P is 0. L is kept in float64:
     in the inputs' dtype, m + log l would round to half of L's last place (1/64 at logits of 4e5 in float32, 2 at
-    5e3 in float16), and exp(S - L) would pass that error on to every P of the row. Backward takes S - L in float64
-    and rounds it once to the inputs' dtype, so P, dP, dS and every product stay in that dtype, as in the forward.
+    5e3 in float16), and exp(S - L) would pass that error on to every P of the row.
     """
 
     @staticmethod
@@ -117,6 +116,7 @@ class ReferenceFlashAttention(Function):
                 if not _visible(rows, cols, is_causal):
                     continue
                 s = _scores(q[..., rows, :], k[..., cols, :], scale, _block_bias(mask, rows, cols, is_causal, q))
+                # S - L in L's float64, rounded once to the inputs' dtype: P, dP, dS and the products stay in it
                 p = xp.exp((s - L[..., rows, :]).astype(s.dtype))
                 dv = xp.swapaxes(p, -1, -2) @ grad[..., rows, :]
                 dp = grad[..., rows, :] @ xp.swapaxes(v[..., cols, :], -1, -2)
