@@ -27,8 +27,9 @@ def trace_flash_attention(query, key, value, attn_mask=None, is_causal=False, sc
 
     Every record has "pass" ("forward" or "backward"), "tile" (its index in that pass), "rows" and "cols" (the
     query and key positions, (start, stop)), "tile_bytes" (what the loop holds for that tile: the bytes of the
-    arrays below but "partial", each in its dtype, the inputs' one) and "matrix_bytes" (the whole score matrix at
-    the same dtype, which the loop never holds). Its arrays keep the inputs' leading dims (batch, heads):
+    arrays below but "partial", each in its dtype, the inputs' one; backward's S - L, in float64, lives only while P
+    is made from it) and "matrix_bytes" (the whole score matrix at the same dtype, which the loop never holds). Its
+    arrays keep the inputs' leading dims (batch, heads):
     - forward: "scores" (the masked block S), "p" (exp(S - m)), "m_before", "m", "l_before", "l" (running max and
       normaliser before and after the block), "alpha" (the rescale exp(m_before - m)), "acc" (the unnormalised
       output after it) and "partial" (acc / l: the output as far as the keys seen so far, 0 where l = 0; drawn for
