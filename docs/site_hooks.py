@@ -12,6 +12,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from mkdocs.exceptions import PluginError
 from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File
 
@@ -22,10 +23,18 @@ from lessons.__main__ import lesson_files  # noqa: E402 (the lessons' own order)
 
 
 def lessons():
-    """The lesson files the site holds, in the order `python -m lessons` lists them."""
+    """The lesson files the site holds, in the order `python -m lessons` lists them. A number in
+    TINYATTN_SITE_LESSONS that names no lesson stops the build, naming it (a site without it would look fine)."""
     chosen = os.environ.get("TINYATTN_SITE_LESSONS")
-    numbers = None if not chosen else {n.strip().zfill(2) for n in chosen.split(",")}
-    return [Path(p) for p in lesson_files() if numbers is None or Path(p).name[:2] in numbers]
+    every = [Path(p) for p in lesson_files()]
+    if not chosen:
+        return every
+    numbers = {n.strip().zfill(2) for n in chosen.split(",")}
+    missing = sorted(numbers - {path.name[:2] for path in every})
+    if missing:
+        raise PluginError(f"TINYATTN_SITE_LESSONS={chosen}: no lesson {', '.join(missing)}; the lessons are "
+                          f"{', '.join(path.name[:2] for path in every)}")
+    return [path for path in every if path.name[:2] in numbers]
 
 
 def on_config(config):
@@ -39,16 +48,19 @@ def on_config(config):
     return config
 
 
-def _cache_dir():
-    """Where executed lessons are kept. mkdocs-jupyter's cache key is a lesson file's content; a page also depends
-    on the library it ran, and on whether the build is quick. So the folder is named by both (a fingerprint of
-    tinyattn/ and of these hooks), and the folders of other fingerprints go: a rebuild after changing one lesson
+def _cache_dir(cache=ROOT / ".cache"):
+    """Where executed lessons are kept, in cache. mkdocs-jupyter's cache key is a lesson file's content; a page also
+    depends on the library it ran, and on whether the build is quick. So the folder is named by both (a fingerprint
+    of tinyattn/ and of these hooks), and the folders of other fingerprints go: a rebuild after changing one lesson
     re-runs that lesson, after changing the library every lesson."""
+    if cache.exists() and not cache.is_dir():
+        raise PluginError(f"{cache} is a file, not a folder: the site keeps the lessons it executed there; move the "
+                          "file away or delete it")
     digest = hashlib.sha256(os.environ.get("TINYATTN_QUICK", "0").encode())
     for path in sorted([*(ROOT / "tinyattn").rglob("*.py"), *(ROOT / "tinyattn").rglob("*.cu"), Path(__file__)]):
         digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
     kind = "quick" if os.environ.get("TINYATTN_QUICK") == "1" else "full"
-    here = ROOT / ".cache" / f"lessons-{kind}-{digest.hexdigest()[:16]}"
+    here = cache / f"lessons-{kind}-{digest.hexdigest()[:16]}"
     for old in here.parent.glob(f"lessons-{kind}-*"):
         if old != here:
             shutil.rmtree(old, ignore_errors=True)

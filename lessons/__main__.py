@@ -95,8 +95,8 @@ def main(argv):
         sys.argv = [matches[0]] + rest
         runpy.run_path(matches[0], run_name="__main__")
     except KeyboardInterrupt:
-        print("\ninterrupted (Ctrl-C): the run stopped there", file=sys.stderr)
-        sys.exit(130)
+        from tinyattn.lesson import stop_interrupted
+        stop_interrupted()
 
 
 if __name__ == "__main__":

@@ -6,13 +6,15 @@ rows of the tile, the running max m and normaliser l before and after it and the
 sum and output are multiplied by; each backward tile prints the recomputed P's row sums and the rows' dQ
 contributions. A meter shows the bytes the loop holds for the tile against the whole N x N matrix.
 
-Enter goes on to the next tile, q then Enter stops. With input from a pipe (or at its end) it goes on by itself."""
+Enter goes on to the next tile, q then Enter stops. With input from a pipe (or at its end, or with no input at
+all) it goes on by itself; Ctrl-C stops it with one line."""
 import argparse
 import sys
 
 import numpy as np
 
 from tinyattn.functional import trace_flash_attention
+from tinyattn.lesson import stop_interrupted
 
 METER = 30
 
@@ -66,7 +68,10 @@ def walk(records, read=input, write=print):
 
 
 def read_line(prompt):
-    """input(prompt), ending the prompt's line where the input does not echo one (a pipe)."""
+    """input(prompt), ending the prompt's line where the input does not echo one (a pipe). No input at all (stdin
+    closed: `<&-`) reads as the end of input."""
+    if sys.stdin is None or sys.stdin.closed:
+        raise EOFError
     answer = input(prompt)
     if not sys.stdin.isatty():
         print()
@@ -84,12 +89,15 @@ def main(argv):
     args = parser.parse_args(argv)
     if args.n < 1 or args.block < 1 or args.dim < 1:
         parser.error(f"--n, --block and --dim must be positive, got {args.n}, {args.block}, {args.dim}")
-    rng = np.random.default_rng(args.seed)
-    q, k, v = (rng.standard_normal((1, 1, args.n, args.dim)) for _ in range(3))
-    trace = trace_flash_attention(q, k, v, is_causal=not args.full, block_size=args.block)
-    print(f"flash attention, N = {args.n}, tiles of {args.block}, head size {args.dim}, "
-          f"{'all tiles' if args.full else 'causal: tiles above the diagonal skipped'}; float64")
-    walk(trace.records, read_line)
+    try:
+        rng = np.random.default_rng(args.seed)
+        q, k, v = (rng.standard_normal((1, 1, args.n, args.dim)) for _ in range(3))
+        trace = trace_flash_attention(q, k, v, is_causal=not args.full, block_size=args.block)
+        print(f"flash attention, N = {args.n}, tiles of {args.block}, head size {args.dim}, "
+              f"{'all tiles' if args.full else 'causal: tiles above the diagonal skipped'}; float64")
+        walk(trace.records, read_line)
+    except KeyboardInterrupt:
+        stop_interrupted()
     print("done: every row's m + log l is its log-sum-exp L, all that backward kept besides Q, K, V and O")
     return 0
 

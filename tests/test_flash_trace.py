@@ -111,3 +111,22 @@ def test_trace_on_the_gpu_matches_the_cpu():
         key = "m" if a["pass"] == "forward" else "p"
         assert (b["rows"], b["cols"]) == (a["rows"], a["cols"])
         np.testing.assert_allclose(host(b[key]), a[key], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_every_tile_stays_in_the_inputs_dtype_and_tile_bytes_counts_what_the_loop_holds(dtype):
+    """Only L is float64 (backward rounds S - L once); a tile holds S and P (forward: with m and l before and after,
+    alpha, acc) or S, P, dP, dS and the three contributions (backward), and tile_bytes is their bytes."""
+    q, k, v = (a.astype(dtype) for a in inputs(5, n=40, m=56))          # ragged blocks: 16 + 16 + 8 rows
+    trace = F.trace_flash_attention(q, k, v, block_size=BLOCK)
+    size = np.dtype(dtype).itemsize
+    for r in trace.records:
+        rows, cols = r["rows"][1] - r["rows"][0], r["cols"][1] - r["cols"][0]
+        assert {a.dtype for a in r.values() if isinstance(a, np.ndarray)} == {np.dtype(dtype)}
+        if r["pass"] == "forward":
+            held = 2 * rows * cols + 5 * rows + rows * D
+        else:
+            held = 4 * rows * cols + rows * D + 2 * cols * D
+        assert r["tile_bytes"] == held * size
+        assert r["matrix_bytes"] == 40 * 56 * size
+    assert {r["pass"] for r in trace.records} == {"forward", "backward"}

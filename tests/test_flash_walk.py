@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from lessons.flash_walk import describe
+from test_lessons_command_line import INTERRUPTED, interrupt
 from tinyattn.functional import trace_flash_attention
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -93,3 +94,23 @@ def test_a_backward_tile_shows_p_and_dq_and_bad_sizes_are_refused():
     bad = subprocess.run([sys.executable, "-m", "lessons", "flash", "--n", "0"], cwd=ROOT, env=environment(),
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--n, --block and --dim must be positive" in bad.stderr
+
+
+def test_with_stdin_closed_the_walk_runs_to_the_end():
+    done = subprocess.run(["sh", "-c", 'exec "$0" -m lessons flash --n 32 <&-', sys.executable], cwd=ROOT,
+                          env=environment(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert "backward tile 3 of 3" in done.stdout and done.stdout.rstrip().splitlines()[-1].startswith("done:")
+
+
+def test_ctrl_c_at_the_prompt_prints_one_line_and_exits_130():
+    walker = subprocess.Popen([sys.executable, "-m", "lessons", "flash"], cwd=ROOT, env=environment(),
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              start_new_session=True)
+    try:
+        assert "forward tile 1 of 10" in read_until_prompt(walker.stdout.fileno())
+        _, err = interrupt(walker)
+    finally:
+        if walker.poll() is None:
+            walker.kill()
+    assert walker.returncode == 130 and err.decode().strip() == INTERRUPTED

@@ -4,6 +4,7 @@ tests; `site_offline_problems` checks it too when it is there."""
 import base64
 import functools
 import http.server
+import importlib.util
 import io
 import os
 import re
@@ -51,14 +52,19 @@ def test_the_offline_check_can_fail(tmp_path):
         '<link rel="stylesheet" href="h', 'import("https://']
 
 
-@pytest.fixture(scope="module")
-def small_site(tmp_path_factory):
-    """The home page and lessons 06 and 08, quick, built as CI's quick site is (cache kept apart)."""
+def _need_site_tools():
+    """Skip (fail under CI) where mkdocs is missing."""
     if shutil.which("mkdocs") is None and not _has_module("mkdocs"):
         message = "the site's tools are missing: pip install -e '.[docs]'"
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def small_site(tmp_path_factory):
+    """The home page and lessons 06 and 08, quick, built as CI's quick site is (cache kept apart)."""
+    _need_site_tools()
     out = tmp_path_factory.mktemp("site")
     env = dict(os.environ, TINYATTN_QUICK="1", TINYATTN_SITE_LESSONS="06,08", MPLBACKEND="Agg")
     done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "-q", "-d", str(out)], cwd=ROOT, env=env,
@@ -68,8 +74,44 @@ def small_site(tmp_path_factory):
 
 
 def _has_module(name):
-    import importlib.util
     return importlib.util.find_spec(name) is not None
+
+
+@pytest.fixture(scope="module")
+def hooks():
+    """docs/site_hooks.py, loaded from its path as mkdocs loads it."""
+    _need_site_tools()
+    spec = importlib.util.spec_from_file_location("site_hooks", ROOT / "docs" / "site_hooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_cache_that_is_a_file_stops_the_build_naming_it(hooks, tmp_path, monkeypatch):
+    from mkdocs.exceptions import PluginError
+    monkeypatch.setenv("TINYATTN_QUICK", "1")
+    cache = tmp_path / ".cache"
+    cache.write_text("not a folder")
+    with pytest.raises(PluginError, match=re.escape(f"{cache} is a file, not a folder")):
+        hooks._cache_dir(cache)
+    cache.unlink()
+    (cache / "lessons-quick-0123456789abcdef").mkdir(parents=True)         # another fingerprint's: it goes
+    here = hooks._cache_dir(cache)
+    assert here.parent == cache and here.name.startswith("lessons-quick-") and list(cache.iterdir()) == []
+
+
+def test_site_lessons_that_name_no_lesson_stop_the_build_saying_so(hooks, tmp_path, monkeypatch):
+    from mkdocs.exceptions import PluginError
+    monkeypatch.setenv("TINYATTN_SITE_LESSONS", "6, 08")
+    assert [path.name[:2] for path in hooks.lessons()] == ["06", "08"]
+    monkeypatch.setenv("TINYATTN_SITE_LESSONS", "06,99")
+    with pytest.raises(PluginError, match="TINYATTN_SITE_LESSONS=06,99: no lesson 99; the lessons are 01, 02, 03"):
+        hooks.lessons()
+    env = dict(os.environ, TINYATTN_SITE_LESSONS="99")
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "-q", "-d", str(tmp_path / "site")], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "TINYATTN_SITE_LESSONS=99: no lesson 99" in done.stderr
 
 
 def test_the_small_site_has_its_pages_and_fetches_nothing(small_site):

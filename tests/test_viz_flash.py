@@ -86,3 +86,12 @@ def test_records_that_are_not_a_trace_are_refused(trace):
         viz.flash_frame([{"rows": (0, 1)}], 0)
     with pytest.raises(IndexError, match="outside"):
         viz.flash_frame(trace.records, len(trace.records))
+
+
+def test_no_steps_is_refused_with_the_steps_there_are(trace, tmp_path):
+    last = len(trace.records) - 1
+    with pytest.raises(ValueError, match=rf"steps=\[\]: no step to draw; .* \(0 to {last}\)"):
+        viz.flash_player_html(trace.records, steps=[])
+    with pytest.raises(ValueError, match=r"steps=\[\]"):
+        viz.flash_animation(trace.records, tmp_path / "none.gif", steps=[])
+    assert not (tmp_path / "none.gif").exists()

@@ -36,7 +36,8 @@ def options(description="", arguments=()):
     refreshes it from default runs). arguments: the lesson's own options, each a pair (flag, argparse settings),
     e.g. ("--steps", dict(type=int, default=100, help="training steps")). An option the lesson does not have stops
     the run with one line naming it (exit 2), except inside a notebook kernel, whose own arguments are not ours.
-    The first line printed says what the run runs on."""
+    From here on Ctrl-C stops the run with one line (exit 130), as `python -m lessons NN` does. The first line
+    printed says what the run runs on."""
     every = [("--quick", dict(action="store_true", default=os.environ.get("TINYATTN_QUICK") == "1",
                               help="tiny configuration that finishes in seconds (also: TINYATTN_QUICK=1)")),
              ("--seed", dict(type=int, default=int(os.environ.get("TINYATTN_SEED", 0)),
@@ -57,6 +58,8 @@ def options(description="", arguments=()):
     args.plots = args.plots or (plots if args.gallery else os.path.join(runs, "quick") if args.quick else runs)
     _writable_folder(parser, args.plots)
     manual_seed(args.seed)
+    if sys.excepthook is sys.__excepthook__:     # a hook of one's own (a notebook kernel's, a debugger's) is kept
+        sys.excepthook = _ctrl_c_in_one_line
     repository_on_path()
     cpu.tune_allocator()          # a lesson is a whole program: let glibc keep freed memory (tinyattn/cpu/tuning.py)
     described = environment.describe()
@@ -69,6 +72,21 @@ def options(description="", arguments=()):
     if note:
         print(note, flush=True)
     return args
+
+
+def stop_interrupted():
+    """Where Ctrl-C ends a run: one line on stderr, not a traceback, and exit code 130 (128 + SIGINT, what a shell
+    reports for a program Ctrl-C ended)."""
+    print("\ninterrupted (Ctrl-C): the run stopped there", file=sys.stderr)
+    sys.exit(130)
+
+
+def _ctrl_c_in_one_line(kind, value, traceback):
+    """sys.excepthook of a lesson run as a script (python lessons/NN_*.py): Ctrl-C that nothing caught ends the run
+    as stop_interrupted says; any other error keeps its traceback."""
+    if issubclass(kind, KeyboardInterrupt):
+        stop_interrupted()
+    sys.__excepthook__(kind, value, traceback)
 
 
 def _writable_folder(parser, folder):

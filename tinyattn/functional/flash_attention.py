@@ -100,8 +100,8 @@ class ReferenceFlashAttention(Function):
                 l_new = alpha * l + p.sum(axis=-1, keepdims=True)
                 acc = alpha * acc + p @ v[..., cols, :]
                 if record is not None:
-                    record("forward", rows, cols, scores=s, m_before=m, m=m_new, l_before=l, l=l_new, alpha=alpha,
-                           acc=acc)
+                    record("forward", rows, cols, scores=s, p=p, m_before=m, m=m_new, l_before=l, l=l_new,
+                           alpha=alpha, acc=acc)
                 m, l = m_new, l_new
             empty = l == 0
             out[..., rows, :] = xp.where(empty, zero, acc / xp.where(empty, 1, l))
@@ -128,14 +128,15 @@ class ReferenceFlashAttention(Function):
                 if not _visible(rows, cols, is_causal):
                     continue
                 s = _scores(q[..., rows, :], k[..., cols, :], scale, _block_bias(mask, rows, cols, is_causal, q))
-                p = xp.exp(s - L[..., rows, :])
+                # S - L in L's float64, rounded once to the inputs' dtype: P, dP, dS and the products stay in it
+                p = xp.exp((s - L[..., rows, :]).astype(s.dtype))
                 dv = xp.swapaxes(p, -1, -2) @ grad[..., rows, :]
                 dp = grad[..., rows, :] @ xp.swapaxes(v[..., cols, :], -1, -2)
                 ds = p * (dp - D[..., rows, :])
                 dq = scale * (ds @ k[..., cols, :])
                 dk = scale * (xp.swapaxes(ds, -1, -2) @ q[..., rows, :])
                 if record is not None:
-                    record("backward", rows, cols, scores=s, p=p, ds=ds, dq=dq, dk=dk, dv=dv)
+                    record("backward", rows, cols, scores=s, p=p, dp=dp, ds=ds, dq=dq, dk=dk, dv=dv)
                 grad_q[..., rows, :] += dq
                 grad_k[..., cols, :] += dk
                 grad_v[..., cols, :] += dv

@@ -26,14 +26,16 @@ def trace_flash_attention(query, key, value, attn_mask=None, is_causal=False, sc
     and return a FlashTrace. Arguments as flash_attention's; grad_output is dO (ones when None).
 
     Every record has "pass" ("forward" or "backward"), "tile" (its index in that pass), "rows" and "cols" (the
-    query and key positions, (start, stop)), "tile_bytes" (what the loop holds for that tile: the arrays below) and
-    "matrix_bytes" (the whole score matrix at the same dtype, which the loop never holds). Its arrays keep the
-    inputs' leading dims (batch, heads):
-    - forward: "scores" (the masked block S), "m_before", "m", "l_before", "l" (running max and normaliser before
-      and after the block), "alpha" (the rescale exp(m_before - m)), "acc" (the unnormalised output after it) and
-      "partial" (acc / l: the output as far as the keys seen so far, 0 where l = 0);
-    - backward: "scores", "p" (the recomputed probabilities exp(S - L)), "ds" (dS) and "dq", "dk", "dv" (the
-      block's contributions to the three gradients).
+    query and key positions, (start, stop)), "tile_bytes" (what the loop holds for that tile: the bytes of the
+    arrays below but "partial", each in its dtype, the inputs' one; backward's S - L, in float64, lives only while P
+    is made from it) and "matrix_bytes" (the whole score matrix at the same dtype, which the loop never holds). Its
+    arrays keep the inputs' leading dims (batch, heads):
+    - forward: "scores" (the masked block S), "p" (exp(S - m)), "m_before", "m", "l_before", "l" (running max and
+      normaliser before and after the block), "alpha" (the rescale exp(m_before - m)), "acc" (the unnormalised
+      output after it) and "partial" (acc / l: the output as far as the keys seen so far, 0 where l = 0; drawn for
+      the eye, the loop divides once, at the end);
+    - backward: "scores", "p" (the recomputed probabilities exp(S - L)), "dp" (dO V^T), "ds" (dS) and "dq", "dk",
+      "dv" (the block's contributions to the three gradients).
     """
     records, tiles = [], {"forward": 0, "backward": 0}
 

@@ -8,7 +8,11 @@ works opened from disk, offline, on a locked-down lab machine, in Jupyter and on
   rollout when given), for the class token or a chosen patch (hover or click a patch).
 
 Both take the host arrays the PNG figures take, and colour weights on the same scales (viridis for a head's
-weights, inferno over images, from 0 to the largest weight shown), read from matplotlib's colour maps.
+weights, inferno over images, from 0 to the largest weight shown), read from matplotlib's colour maps. A weight that
+is NaN or infinite is drawn as a gap, and a line above the view names the heads that hold such weights.
+
+The data goes into the page as JSON inside a <script>, with <, >, & and U+2028/2029 written as JSON escapes: a token
+such as "</script>" would otherwise end the script there and let what follows it run.
 """
 import base64
 import html
@@ -45,22 +49,47 @@ def _colour_table(name, stops=64):
     return [matplotlib.colors.to_hex(cmap(i / (stops - 1))) for i in range(stops)]
 
 
-def _document(title, body, style, script, data):
-    """One HTML page: the view's data as JSON, its code, nothing loaded from elsewhere."""
+# The same characters as JSON escapes: no "</script>" or "<!--" can close the data's script early, and no U+2028 or
+# U+2029 can end a line inside a string for an older JavaScript engine.
+_SCRIPT_SAFE = {ord("<"): "\\u003c", ord(">"): "\\u003e", ord("&"): "\\u0026", 0x2028: "\\u2028", 0x2029: "\\u2029"}
+
+
+def _document(title, body, style, script, data, note=""):
+    """One HTML page: the view's data as JSON, its code, nothing loaded from elsewhere; note, when given, a line of
+    text above the view."""
+    note = f'<p class="tinyattn-note">{html.escape(note)}</p>' if note else ""
     return HTMLView(f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>{style}</style></head>
-<body>{body}
+<body>{note}{body}
 <script>{script}</script>
-<script>tinyattnView({json.dumps(data)});</script>
+<script>tinyattnView({json.dumps(data, allow_nan=False).translate(_SCRIPT_SAFE)});</script>
 </body></html>
 """)
+
+
+def _weights(array):
+    """Weights as nested lists for the page's JSON, rounded to 5 places, None (a gap) where NaN or infinite."""
+    array = numpy.asarray(array, dtype=float)
+    return numpy.where(numpy.isfinite(array), numpy.round(array, 5), None).tolist()
+
+
+def _gaps_note(layers, names, most=6):
+    """One line naming the heads whose weights are NaN or infinite somewhere (drawn as gaps), with how many, or ""
+    when every weight is finite. layers: per name, that layer's (heads, queries, keys) weights."""
+    found = [f"{name} head {h} ({count})" for name, layer in zip(names, layers)
+             for h, count in enumerate(numpy.sum(~numpy.isfinite(layer), axis=(-2, -1))) if count]
+    if not found:
+        return ""
+    more = f" and {len(found) - most} more heads" if len(found) > most else ""
+    return "weights that are NaN or infinite, drawn as gaps: " + ", ".join(found[:most]) + more
 
 
 _SHARED_STYLE = """
 .tinyattn-view { font: 13px/1.35 system-ui, sans-serif; color: #222; }
 .tinyattn-view .controls { margin: 4px 0 8px; }
 .tinyattn-view select, .tinyattn-view button { font: inherit; margin-right: 8px; }
+.tinyattn-note { font: 13px/1.35 system-ui, sans-serif; color: #a40; margin: 4px 0; }
 """
 
 
@@ -81,7 +110,7 @@ def attention_html(maps, tokens, key_tokens=None, title="attention", layer=0, he
         raise ValueError(f"attention_html: layer {layer} and head {head} for maps of {layers} layers and {heads} "
                          "heads")
     view = f"tinyattn-head-view-{next(_views)}"
-    data = {"id": view, "weights": numpy.round(maps, 5).tolist(), "tokens": [str(t) for t in tokens],
+    data = {"id": view, "weights": _weights(maps), "tokens": [str(t) for t in tokens],
             "keyTokens": [str(t) for t in key_tokens], "viridis": _colour_table("viridis"),
             "headColours": [_colour_table(HEAD_COLOURS, 10)[h % 10] for h in range(heads)],
             "layer": int(layer), "head": "all" if head is None else int(head)}
@@ -89,7 +118,8 @@ def attention_html(maps, tokens, key_tokens=None, title="attention", layer=0, he
 <label>layer <select class="layer"></select></label><label>head <select class="head"></select></label>
 <span class="hint">hover a token on the left to see its row</span></div>
 <svg class="lines"></svg></div>"""
-    return _document(title, body, _SHARED_STYLE + _HEAD_VIEW_STYLE, _HEAD_VIEW_SCRIPT, data)
+    return _document(title, body, _SHARED_STYLE + _HEAD_VIEW_STYLE, _HEAD_VIEW_SCRIPT, data,
+                     _gaps_note(maps, [f"layer {i}" for i in range(layers)]))
 
 
 _HEAD_VIEW_STYLE = """
@@ -126,9 +156,9 @@ function tinyattnView(d) {
     const layer = d.weights[+layerBox.value], heads = headBox.value === "all"
         ? layer.map((_, h) => h) : [+headBox.value];
     heads.forEach(h => {
-      const w = layer[h], top = Math.max(...w.map(row => Math.max(...row)));
+      const w = layer[h], top = Math.max(0, ...w.flat().filter(value => value !== null));
       w.forEach((row, q) => row.forEach((value, k) => {
-        if (value <= 0) return;
+        if (value === null || value <= 0) return;                // null: NaN or infinite, a gap
         const line = document.createElementNS(svgNS, "line");
         line.setAttribute("x1", left + 6); line.setAttribute("y1", y0 + q * rowH);
         line.setAttribute("x2", right - 6); line.setAttribute("y2", y0 + k * rowH);
@@ -179,6 +209,13 @@ def patch_attention_html(image, maps, grid, rollout=None, prefix_tokens=1, title
     more layer. The query is the class token, or the patch hovered or clicked; the overlay is the query's weights
     over the patches, on inferno from 0 to their largest (the PNG figure's scale).
     """
+    image = numpy.asarray(image, dtype=float)
+    if image.ndim not in (2, 3) or image.size == 0:
+        raise ValueError(f"patch_attention_html: the image must be (H, W) or (H, W, C) with pixels in it, got shape "
+                         f"{image.shape}")
+    if not numpy.isfinite(image).all():
+        raise ValueError(f"patch_attention_html: {numpy.sum(~numpy.isfinite(image))} of the image's {image.size} "
+                         "values are NaN or infinite; a picture of them would be a guess")
     maps = stack_maps(maps)
     grid_h, grid_w = grid
     tokens = maps.shape[-1]
@@ -186,19 +223,19 @@ def patch_attention_html(image, maps, grid, rollout=None, prefix_tokens=1, title
         raise ValueError(f"patch_attention_html: maps of {maps.shape[-2]} queries and {tokens} keys do not fit a "
                          f"{grid_h}x{grid_w} grid after {prefix_tokens} prefix token(s) "
                          f"({prefix_tokens + grid_h * grid_w} tokens)")
-    layers = [[m.tolist() for m in numpy.round(layer, 5)] for layer in maps]
+    layers = list(maps)
     names = [f"layer {i}" for i in range(len(layers))]
     if rollout is not None:
         rollout = numpy.asarray(rollout, dtype=float)
         rollout = rollout[0] if rollout.ndim == 3 else rollout
         if rollout.shape != (tokens, tokens):
             raise ValueError(f"patch_attention_html: rollout of shape {rollout.shape}, expected ({tokens}, {tokens})")
-        layers.append([numpy.round(rollout, 5).tolist()])
+        layers.append(rollout[None])
         names.append("rollout")
     view = f"tinyattn-patch-view-{next(_views)}"
-    height = int(round(size * numpy.shape(image)[0] / numpy.shape(image)[1]))
-    data = {"id": view, "layers": layers, "names": names, "grid": [int(grid_h), int(grid_w)],
-            "prefix": int(prefix_tokens), "inferno": _colour_table("inferno")}
+    height = int(round(size * image.shape[0] / image.shape[1]))
+    data = {"id": view, "layers": [_weights(layer) for layer in layers], "names": names,
+            "grid": [int(grid_h), int(grid_w)], "prefix": int(prefix_tokens), "inferno": _colour_table("inferno")}
     body = f"""<div class="tinyattn-view" id="{view}"><div class="controls">
 <label>layer <select class="layer"></select></label><label>head <select class="head"></select></label>
 <button class="cls">class token</button><span class="query"></span></div>
@@ -206,7 +243,8 @@ def patch_attention_html(image, maps, grid, rollout=None, prefix_tokens=1, title
 <img alt="the image" src="{_png_data_uri(image)}" width="{size}" height="{height}">
 <div class="cells" style="grid-template-columns:repeat({grid_w},1fr);grid-template-rows:repeat({grid_h},1fr)">
 </div></div></div>"""
-    return _document(title, body, _SHARED_STYLE + _PATCH_VIEW_STYLE, _PATCH_VIEW_SCRIPT, data)
+    return _document(title, body, _SHARED_STYLE + _PATCH_VIEW_STYLE, _PATCH_VIEW_SCRIPT, data,
+                     _gaps_note(layers, names))
 
 
 _PATCH_VIEW_STYLE = """
@@ -239,17 +277,19 @@ function tinyattnView(d) {
   }
   function row() {
     const layer = d.layers[+layerBox.value];
-    if (headBox.value === "mean") {
-      return layer[0][query].map((_, k) => layer.reduce((s, w) => s + w[query][k], 0) / layer.length);
+    if (headBox.value === "mean") {                 // a gap (null: NaN or infinite) in any head is a gap in the mean
+      return layer[0][query].map((_, k) => layer.some(w => w[query][k] === null) ? null
+          : layer.reduce((s, w) => s + w[query][k], 0) / layer.length);
     }
     return layer[+headBox.value][query];
   }
   function draw() {
-    const weights = row().slice(d.prefix), top = Math.max(...weights);
+    const weights = row().slice(d.prefix), top = Math.max(0, ...weights.filter(w => w !== null));
     cells.querySelectorAll("div").forEach((cell, p) => {
-      const i = Math.min(d.inferno.length - 1, Math.round((top > 0 ? weights[p] / top : 0) * (d.inferno.length - 1)));
-      cell.style.background = d.inferno[i];
-      cell.dataset.weight = weights[p].toFixed(5);
+      const w = weights[p], gap = w === null;       // a gap shows the image through it
+      const i = Math.min(d.inferno.length - 1, Math.round((top > 0 && !gap ? w / top : 0) * (d.inferno.length - 1)));
+      cell.style.background = gap ? "transparent" : d.inferno[i];
+      cell.dataset.weight = gap ? "NaN" : w.toFixed(5);
       cell.classList.toggle("query", d.prefix + p === query);
     });
     root.querySelector("span.query").textContent =
@@ -264,24 +304,33 @@ function tinyattnView(d) {
 
 
 _SHADES = " ░▒▓█"
+GAP = "?"                                    # a weight that is NaN or infinite, in the text view
 
 
 def attention_text(weights, tokens, key_tokens=None, width=8, colour=True):
     """One head's (T, S) weights as text for a terminal: a row per query, a cell per key, shaded from blank (0) to a
-    full block (the row set's largest weight); with colour, ANSI 256-colour greys as well. Returns the string."""
+    full block (the row set's largest weight); with colour, ANSI 256-colour greys as well. A weight that is NaN or
+    infinite shows as "?", and a last line says how many there are. Returns the string."""
     weights = numpy.asarray(weights, dtype=float)
     key_tokens = tokens if key_tokens is None else key_tokens
     if weights.ndim != 2 or weights.shape != (len(tokens), len(key_tokens)):
         raise ValueError(f"attention_text takes one head's (T, S) weights with T tokens and S key tokens, got weights "
                          f"{weights.shape}, {len(tokens)} tokens and {len(key_tokens)} key tokens")
-    top = weights.max() if weights.size and weights.max() > 0 else 1.0
+    finite = numpy.isfinite(weights)
+    top = numpy.max(weights, where=finite, initial=0.0)
+    top = top if top > 0 else 1.0
     label = max([len(str(t)[:width]) for t in tokens] + [1])
     lines = [f"{'':>{label}} keys: " + " ".join(str(k) for k in key_tokens)]
     for token, row in zip(tokens, weights):
         cells = []
         for value in row:
+            if not numpy.isfinite(value):
+                cells.append(GAP)
+                continue
             level = value / top
             shade = _SHADES[min(len(_SHADES) - 1, int(round(level * (len(_SHADES) - 1))))]
             cells.append(f"\x1b[38;5;{232 + int(round(level * 23))}m{shade}\x1b[0m" if colour else shade)
         lines.append(f"{str(token)[:width]:>{label}} " + "".join(cells))
+    if not finite.all():
+        lines.append(f"{GAP}: {numpy.sum(~finite)} weights NaN or infinite")
     return "\n".join(lines)

@@ -29,7 +29,8 @@ class AttentionExplorer:
         attention_heatmap(self.maps[0, 0], self.x_labels if keys <= MAX_TICK_LABELS else None,
                           self.y_labels if queries <= MAX_TICK_LABELS else None, ax=self.map_ax)
         self.image = self.map_ax.images[0]
-        self.image.set_clim(0, max(self.maps.max(), 1e-9))      # one colour scale for every layer and head
+        top = numpy.max(self.maps, where=numpy.isfinite(self.maps), initial=0.0)
+        self.image.set_clim(0, max(top, 1e-9))                  # one colour scale for every layer and head
         self.marker = self.map_ax.axhline(0, color="white", lw=1.5)
         self.bars = self.bar_ax.bar(range(keys), self.maps[0, 0, 0], color="tab:blue")
         if keys <= MAX_TICK_LABELS:                     # the keys by their tokens, as on the heatmap's axis
@@ -49,12 +50,14 @@ class AttentionExplorer:
             if not 0 <= value < count:
                 raise IndexError(f"{name} {value} is out of range: there are {count}")
         self.layer, self.head, self.query = chosen
-        weights = self.maps[self.layer, self.head]
+        weights = numpy.ma.masked_invalid(self.maps[self.layer, self.head])   # NaN or infinite: a gap
         self.image.set_data(weights)
         self.marker.set_ydata([self.query, self.query])
-        for bar, height in zip(self.bars, weights[self.query]):
+        for bar, height in zip(self.bars, weights[self.query].filled(0.0)):
             bar.set_height(height)
-        self.map_ax.set_title(f"{self.title}: layer {self.layer}, head {self.head}", fontsize=10)
+        gaps = numpy.ma.count_masked(weights)
+        self.map_ax.set_title(f"{self.title}: layer {self.layer}, head {self.head}"
+                              + (f"\n{gaps} weights NaN or infinite (gaps)" if gaps else ""), fontsize=10)
         self.bar_ax.set_title(f"where query {self.y_labels[self.query]!r} looks", fontsize=10)
         self.figure.canvas.draw_idle()
         return self

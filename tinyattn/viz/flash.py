@@ -143,7 +143,10 @@ def _png(fig, dpi=80):
 
 
 def _frames(records, output, grads, steps, dpi):
-    steps = range(len(records)) if steps is None else steps
+    steps = range(len(records)) if steps is None else list(steps)
+    if not steps:
+        raise ValueError(f"steps={steps}: no step to draw; name some of the trace's {len(records)} records "
+                         f"(0 to {len(records) - 1}), or None for all of them")
     return [(step, _png(flash_frame(records, step, output, grads), dpi)) for step in steps]
 
 
