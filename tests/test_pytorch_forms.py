@@ -146,3 +146,36 @@ def test_an_empty_tensor_prints_its_size_unless_it_is_1_d():
     assert repr(ta.zeros(2, 0)) == f"tensor([]{on}, size=(2, 0))"
     assert repr(ta.zeros(0, 3, dtype=ta.int32)) == f"tensor([]{on}, size=(0, 3), dtype=tinyattn.int32)"
     assert repr(ta.zeros(0)) == f"tensor([]{on})"
+
+
+# -- random draws ---------------------------------------------------------------------------------------------------
+def test_randint_takes_pytorchs_forms_and_refuses_a_size_that_is_not_a_tuple():
+    ta.manual_seed(0)
+    high_only = ta.randint(5, (200,))                       # nanoGPT's torch.randint(len(data) - block_size, (B,))
+    assert high_only.shape == (200,) and high_only.dtype == np.int64
+    assert set(host(high_only).tolist()) == {0, 1, 2, 3, 4}                    # 4 drawn too: high is exclusive only
+    between = host(ta.randint(3, 6, (200,)))
+    assert set(between.tolist()) == {3, 4, 5}
+    assert ta.randint(high=4, size=(2, 3)).shape == (2, 3) and ta.randint(2, high=4, size=(1,)).item() in (2, 3)
+    assert ta.randint(2, 4, (5,), dtype=ta.int32).dtype == np.int32
+    draws = [host(ta.randint(100, (8,), generator=ta.Generator().manual_seed(4))).tolist() for _ in range(2)]
+    assert draws[0] == draws[1]                                                # the generator's stream, not the global
+    with pytest.raises(TypeError, match="size must be a tuple of ints, got 5"):
+        ta.randint(3, 5)                                                       # not high=3, size=5
+    with pytest.raises(TypeError, match="got 3 bounds"):
+        ta.randint(1, 2, 3, (4,))
+
+
+def test_multinomial_and_randperm_draw_from_a_given_generator():
+    weights = ta.tensor([1.0, 2.0, 3.0, 4.0])
+    for replacement in (True, False):
+        a, b = (host(weights.multinomial(3, replacement, generator=ta.Generator().manual_seed(8))).tolist()
+                for _ in range(2))
+        assert a == b
+    ta.manual_seed(1)
+    first = host(ta.randperm(50, generator=ta.Generator().manual_seed(2))).tolist()
+    ta.manual_seed(9)
+    assert host(ta.randperm(50, generator=ta.Generator().manual_seed(2))).tolist() == first
+    if not ta.cuda.is_available():
+        with pytest.raises(RuntimeError, match="Expected a 'cuda' generator device but found 'cpu'"):
+            ta.randint(3, (2,), generator=ta.Generator(), device="cuda")
