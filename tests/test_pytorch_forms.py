@@ -75,6 +75,11 @@ def test_comparing_a_tensor_with_none_is_false_as_in_pytorch():
         stopped = True
     assert not stopped
     assert host(idx_next == 3).tolist() == [[True], [False]]                 # other values compare elementwise
+    for method in ("eq", "ne", "lt", "ge"):                                   # the methods refuse None, as PyTorch's
+        with pytest.raises(TypeError, match=f"{method}\\(\\) received None"):
+            getattr(idx_next, method)(None)
+    with pytest.raises(TypeError, match="received None"):
+        idx_next < None                                                      # noqa: B015 (the refusal under test)
 
 
 def test_pytorchs_constants_and_pow():

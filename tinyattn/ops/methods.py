@@ -27,6 +27,9 @@ def _reflected(function):
 
 def _compare(op):
     def compare(a, b):
+        if b is None:                      # NumPy would compare each element with None and answer False, silently
+            raise TypeError(f"{op.__name__}() received None: compare with a tensor or a number (only `x == None` and "
+                            "`x != None` take None, and answer False and True, as in PyTorch)")
         return Tensor(op(a.array, as_array(b)))
     return compare
 
