@@ -37,7 +37,9 @@ class Permute(Function):
 class Expand(Function):
     @staticmethod
     def forward(ctx, x, shape):
-        return xp_of(x).broadcast_to(x, shape)
+        if math.prod(shape) == x.size:     # no element repeated (size-1 dims only): a writable view, as PyTorch's
+            return x.reshape(shape)
+        return xp_of(x).broadcast_to(x, shape)     # read-only: a write would land on one element several times
 
     @staticmethod
     def backward(ctx, grad):
