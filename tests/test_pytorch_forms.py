@@ -184,3 +184,18 @@ def test_multinomial_and_randperm_draw_from_a_given_generator():
     if not ta.cuda.is_available():
         with pytest.raises(RuntimeError, match="Expected a 'cuda' generator device but found 'cpu'"):
             ta.randint(3, (2,), generator=ta.Generator(), device="cuda")
+
+
+# -- narrow ---------------------------------------------------------------------------------------------------------
+def test_narrow_is_a_view_of_length_elements_from_start():
+    x = ta.arange(12).reshape(3, 4)
+    assert host(x.narrow(1, 1, 2)).tolist() == [[1, 2], [5, 6], [9, 10]]
+    assert host(ta.narrow(x, 0, -1, 1)).tolist() == [[8, 9, 10, 11]]                 # a negative start from the end
+    assert x.narrow(-1, 4, 0).shape == (3, 0)
+    x.narrow(0, 1, 1).zero_()                                                         # a view: x changes with it
+    assert host(x[1]).tolist() == [0, 0, 0, 0]
+    with pytest.raises(RuntimeError, match=r"start \(3\) \+ length \(2\) exceeds dimension size \(4\)"):
+        x.narrow(1, 3, 2)
+    with pytest.raises(IndexError, match=r"start out of range \(expected to be in range of \[-3, 3\], but got 4\)"):
+        x.narrow(0, 4, 0)
+    assert ta.gradcheck(lambda t: t.narrow(1, 1, 2) * 3, (randn(3, 4),))

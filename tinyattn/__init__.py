@@ -13,7 +13,7 @@ from .creation import (BoolTensor, FloatTensor, LongTensor, arange, as_tensor, e
 from .ops import (abs, all, allclose, amax, amin, any, argmax, argmin, argsort, bmm, broadcast_to, cat, chunk, clamp,
                   clone, cos, cumsum, diag, dot, einsum, equal, exp, flatten, flip, floor_divide, gather, index_select,
                   isclose, isfinite, isinf, isnan, log, logical_and, logical_not, logical_or, logical_xor, logsumexp,
-                  matmul, max, maximum, mean, meshgrid, min, minimum, nonzero, norm, permute, pow, prod, relu,
+                  matmul, max, maximum, mean, meshgrid, min, minimum, narrow, nonzero, norm, permute, pow, prod, relu,
                   remainder, repeat_interleave, reshape, roll, rsqrt, scatter, scatter_add, sigmoid, sin, sort, split,
                   sqrt, squeeze, stack, std, sum, tanh, topk, transpose, tril, triu, unbind, unflatten, unsqueeze, var,
                   where)
