@@ -199,3 +199,22 @@ def test_narrow_is_a_view_of_length_elements_from_start():
     with pytest.raises(IndexError, match=r"start out of range \(expected to be in range of \[-3, 3\], but got 4\)"):
         x.narrow(0, 4, 0)
     assert ta.gradcheck(lambda t: t.narrow(1, 1, 2) * 3, (randn(3, 4),))
+
+
+# -- float32 matmul precision -----------------------------------------------------------------------------------------
+def test_float32_matmul_precision_is_recorded_and_lets_the_gpu_kernels_use_tf32():
+    from tinyattn.functional.flash_kernel import uses_tf32
+    assert ta.get_float32_matmul_precision() == "highest" and not uses_tf32()
+    a, b = randn(4, 5, dtype="float32"), randn(5, 3, dtype="float32")
+    before = host(a @ b)
+    try:
+        ta.set_float32_matmul_precision("high")                         # nanoGPT's and build-nanogpt's line
+        assert ta.get_float32_matmul_precision() == "high" and uses_tf32()
+        if DEVICE == "cpu":
+            assert np.array_equal(host(a @ b), before)                  # NumPy: float32 products as before
+        with pytest.warns(UserWarning, match="fast is not one of 'highest', 'high', or 'medium'"):
+            ta.set_float32_matmul_precision("fast")
+        assert ta.get_float32_matmul_precision() == "high"              # an unknown name changes nothing
+    finally:
+        ta.set_float32_matmul_precision("highest")
+    assert not uses_tf32()

@@ -1,7 +1,8 @@
 """tinyattn: attention and Transformers from scratch on NumPy, with CuPy as a drop-in GPU backend."""
 from . import backend
-from .backend import (Generator, bool_, cuda_is_available, device, float16, float32, float64, int8, int16, int32,
-                      int64, manual_seed, set_default_device, uint8)
+from .backend import (Generator, bool_, cuda_is_available, device, float16, float32, float64,
+                      get_float32_matmul_precision, int8, int16, int32, int64, manual_seed, set_default_device,
+                      set_float32_matmul_precision, uint8)
 from .backend import bool_ as bool  # noqa: A001 (PyTorch's names: ta.bool, ta.float, ta.long, ...)
 from .backend import default_device as get_default_device
 from .backend import float16 as half, float32 as float, float64 as double, int32 as int, int64 as long  # noqa: A001
