@@ -218,3 +218,23 @@ def test_float32_matmul_precision_is_recorded_and_lets_the_gpu_kernels_use_tf32(
     finally:
         ta.set_float32_matmul_precision("highest")
     assert not uses_tf32()
+
+
+# -- legacy constructors --------------------------------------------------------------------------------------------
+def test_legacy_constructors_read_sizes_as_sizes_and_sequences_as_data():
+    assert ta.LongTensor(6).shape == (6,) and ta.LongTensor(6).dtype == np.int64     # six elements, not the number 6
+    assert ta.FloatTensor(2, 3).shape == (2, 3) and ta.FloatTensor(2, 3).dtype == np.float32
+    assert host(ta.LongTensor([1, 2])).tolist() == [1, 2] and ta.LongTensor([1.7]).dtype == np.int64
+    assert ta.Tensor(3).shape == (3,) and ta.Tensor(3).dtype == ta.get_default_dtype()
+    assert host(ta.Tensor([1, 2])).tolist() == [1.0, 2.0] and ta.Tensor([1, 2]).dtype == np.float32
+    assert host(ta.Tensor((2, 3))).tolist() == [2.0, 3.0]                           # one tuple is data, as PyTorch
+    assert ta.Tensor().shape == (0,) and ta.BoolTensor(2, 2).dtype == bool
+    assert host(ta.FloatTensor(np.array([1, 2]))).tolist() == [1.0, 2.0]
+    assert ta.LongTensor(ta.tensor([1.0, 2.0])).dtype == np.int64
+    assert str(ta.Tensor(2).device) == DEVICE
+    array = np.ones(3, dtype="float64")
+    assert ta.Tensor(array).array is array                                          # the engine's own use: held
+    with pytest.raises(RuntimeError, match=r"negative dimension: shape \(2, -1\)"):
+        ta.LongTensor(2, -1)
+    with pytest.raises(TypeError, match="takes sizes .* got ndarray, bool"):
+        ta.Tensor(array, True)                                                      # requires_grad is a keyword

@@ -3,7 +3,7 @@ import numpy
 
 from . import backend
 from .backend import get_default_dtype, set_default_dtype  # noqa: F401  (tinyattn.set_default_dtype, as torch)
-from .tensor import Tensor
+from .tensor import Tensor, legacy_array
 
 
 def _resolve(device):
@@ -56,16 +56,19 @@ def new_shape(size):
 
 
 def zeros(*size, dtype=None, device=None, requires_grad=False):
-    return Tensor(backend.xp_for(_resolve(device)).zeros(new_shape(size), dtype=_dtype(dtype)), requires_grad)
+    array = backend.xp_for(_resolve(device)).zeros(new_shape(size), dtype=_dtype(dtype))
+    return Tensor(array, requires_grad=requires_grad)
 
 
 def ones(*size, dtype=None, device=None, requires_grad=False):
-    return Tensor(backend.xp_for(_resolve(device)).ones(new_shape(size), dtype=_dtype(dtype)), requires_grad)
+    array = backend.xp_for(_resolve(device)).ones(new_shape(size), dtype=_dtype(dtype))
+    return Tensor(array, requires_grad=requires_grad)
 
 
 def empty(*size, dtype=None, device=None, requires_grad=False):
     """Uninitialised values (whatever the memory held), as torch.empty."""
-    return Tensor(backend.xp_for(_resolve(device)).empty(new_shape(size), dtype=_dtype(dtype)), requires_grad)
+    array = backend.xp_for(_resolve(device)).empty(new_shape(size), dtype=_dtype(dtype))
+    return Tensor(array, requires_grad=requires_grad)
 
 
 def full(size, fill_value, dtype=None, device=None, requires_grad=False):
@@ -74,7 +77,8 @@ def full(size, fill_value, dtype=None, device=None, requires_grad=False):
         dtype = backend.bool_ if isinstance(fill_value, bool) else backend.int64 if isinstance(fill_value, int) \
             else None
     size = new_shape(size)
-    return Tensor(backend.xp_for(_resolve(device)).full(size, fill_value, dtype=_dtype(dtype)), requires_grad)
+    array = backend.xp_for(_resolve(device)).full(size, fill_value, dtype=_dtype(dtype))
+    return Tensor(array, requires_grad=requires_grad)
 
 
 def _like(t, dtype, device):
@@ -120,17 +124,18 @@ def numel(t):
     return t.numel()
 
 
-def LongTensor(data):
-    """PyTorch's legacy constructor: tensor(data, dtype=int64)."""
-    return tensor(data, dtype=backend.int64)
+def LongTensor(*data):
+    """PyTorch's legacy constructor: LongTensor(6) an uninitialised int64 tensor of 6 elements, LongTensor(2, 3) of
+    shape (2, 3), LongTensor([1, 2]) that data as int64."""
+    return Tensor(legacy_array(data, backend.int64))
 
 
-def FloatTensor(data):
-    return tensor(data, dtype=backend.float32)
+def FloatTensor(*data):
+    return Tensor(legacy_array(data, backend.float32))
 
 
-def BoolTensor(data):
-    return tensor(data, dtype=backend.bool_)
+def BoolTensor(*data):
+    return Tensor(legacy_array(data, backend.bool_))
 
 
 def arange(start, end=None, step=1, dtype=None, device=None):
@@ -154,12 +159,13 @@ def eye(n, m=None, dtype=None, device=None):
 def randn(*size, dtype=None, device=None, requires_grad=False):
     device = _resolve(device)
     array = backend.generator(device).standard_normal(new_shape(size), dtype=_dtype(dtype))
-    return Tensor(array, requires_grad)
+    return Tensor(array, requires_grad=requires_grad)
 
 
 def rand(*size, dtype=None, device=None, requires_grad=False):
     device = _resolve(device)
-    return Tensor(backend.generator(device).random(new_shape(size), dtype=_dtype(dtype)), requires_grad)
+    array = backend.generator(device).random(new_shape(size), dtype=_dtype(dtype))
+    return Tensor(array, requires_grad=requires_grad)
 
 
 def _stream(generator, device):
