@@ -7,7 +7,7 @@ from .backend import bool_ as bool  # noqa: A001 (PyTorch's names: ta.bool, ta.f
 from .backend import default_device as get_default_device
 from .backend import float16 as half, float32 as float, float64 as double, int32 as int, int64 as long  # noqa: A001
 from . import compat
-from .compat import backends, compile
+from .compat import accelerator, backends, compile
 from .creation import (BoolTensor, FloatTensor, LongTensor, arange, as_tensor, empty, empty_like, eye, from_numpy,
                        full, full_like, get_default_dtype, is_tensor, multinomial, numel, ones, ones_like, rand,
                        rand_like, randint, randn, randn_like, randperm, set_default_dtype, tensor, zeros, zeros_like)
