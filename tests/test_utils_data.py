@@ -161,6 +161,10 @@ def test_random_sampler_permutes_repeats_permutations_or_draws_with_replacement(
     assert len(RandomSampler(range(3), replacement=True)) == 3
     sampler = RandomSampler(range(20), generator=seed(5))
     assert list(sampler) != list(sampler)                                                  # a new order each pass
+    endless = RandomSampler(Squares(5), replacement=True, num_samples=int(1e10))          # makemore's training loader
+    loader = DataLoader(Squares(5), batch_size=32, pin_memory=True, num_workers=0, sampler=endless)
+    x, y = next(iter(loader))                                                              # drawn as needed
+    assert x.shape == (32, 2) and len(loader) == int(1e10) // 32                          # 32 divides 1e10
 
 
 def test_subset_and_weighted_random_samplers():

@@ -55,12 +55,14 @@ class RandomSampler(Sampler):
 
     def __iter__(self):
         n = len(self.data_source)
-        if self.replacement:
-            yield from randint(n, (self.num_samples,), generator=self.generator).tolist()
+        if self.replacement:      # 32 at a time, as PyTorch: makemore asks for num_samples=int(1e10)
+            for start in range(0, self.num_samples, 32):
+                yield from randint(n, (min(32, self.num_samples - start),), generator=self.generator).tolist()
             return
         for _ in range(self.num_samples // n):
             yield from randperm(n, generator=self.generator).tolist()
-        yield from randperm(n, generator=self.generator).tolist()[:self.num_samples % n]
+        if self.num_samples % n:
+            yield from randperm(n, generator=self.generator).tolist()[:self.num_samples % n]
 
     def __len__(self):
         return self.num_samples
@@ -90,7 +92,8 @@ class WeightedRandomSampler(Sampler):
             raise ValueError(f"replacement should be a boolean value, but got replacement={replacement}")
         self.weights = as_tensor(weights, dtype=backend.float64)
         if self.weights.ndim != 1:
-            raise ValueError(f"weights should be a 1d sequence but given weights have shape {tuple(self.weights.shape)}")
+            raise ValueError("weights should be a 1d sequence but given weights have shape "
+                             f"{tuple(self.weights.shape)}")
         self.num_samples, self.replacement, self.generator = num_samples, replacement, generator
 
     def __iter__(self):
