@@ -389,7 +389,8 @@ ISSUE_46_SWEEP = [
 # pytorch/examples' word_language_model (main.py, model.py, data.py), build-nanogpt's train_gpt2.py and vit-pytorch's
 # simple_vit.py: every torch./nn./F./optim./utils.data name each uses (read from their newest sources; nn.LSTM and
 # nn.GRU by getattr). torch.distributed and DistributedDataParallel (build-nanogpt's multi-GPU run) belong to the
-# distributed package and its tests; the rest of what they use and tinyattn leaves out is in ABSENT.
+# distributed package and its tests, and nn.Transformer (word_language_model's TransformerModel subclasses it) to the
+# nn.Transformer family's; the rest of what they use and tinyattn leaves out is in ABSENT.
 LECTURE_GPT = [
     "torch.arange", "torch.cat", "torch.cuda.is_available", "torch.long", "torch.manual_seed", "torch.multinomial",
     "torch.nn.Dropout", "torch.nn.Embedding", "torch.nn.LayerNorm", "torch.nn.Linear", "torch.nn.Module",
@@ -443,7 +444,7 @@ ABSENT = {
     "torch.multiprocessing": "runs in one process", "torch.nn.parallel.DistributedDataParallel": None,
     "torch.utils.data.distributed.DistributedSampler": None, "torch.nn.LazyBatchNorm1d": None,
     "torch.autocast": "no mixed-precision autocast", "torch.onnx.export": "no ONNX export",
-    "torch.nn.Transformer": None, "torch.serialization.safe_globals": None,
+    "torch.serialization.safe_globals": None,
     "torch.nn.modules.rnn.LSTM": None, "torch.utils.tensorboard.SummaryWriter": None}
 
 
