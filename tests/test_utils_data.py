@@ -198,6 +198,7 @@ def test_data_loader_reads_the_order_of_a_sampler_or_the_batches_of_a_batch_samp
 def test_a_sampler_without_len_iterates_and_the_loaders_len_says_why_it_has_none():
     class Evens(Sampler):
         def __init__(self, n):
+            super().__init__(range(n))                       # as samplers written for older PyTorch do
             self.n = n
 
         def __iter__(self):

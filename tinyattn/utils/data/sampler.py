@@ -17,6 +17,9 @@ class Sampler:
     """The base of every sampler: a subclass yields indices from __iter__ and, when it knows how many, gives their
     count from __len__ (DataLoader's len() needs it)."""
 
+    def __init__(self, data_source=None):
+        """data_source is taken and unused, as PyTorch's: samplers written for older PyTorch still pass it up."""
+
     def __iter__(self):
         raise NotImplementedError(f"{type(self).__name__} must define __iter__")
 
