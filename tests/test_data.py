@@ -59,6 +59,10 @@ def test_corpus_and_bigram_baseline():
     assert len(corpus.train) + len(corpus.val) == 20_000
     x, y = corpus.batch("train", 3, 16, np.random.default_rng(0))
     np.testing.assert_array_equal(x[:, 1:], y[:, :-1])
+    short = CharCorpus(max_chars=100)                             # val holds 10 characters: 10 - 4 windows of 4
+    x, y = short.batch("val", 400, 4, np.random.default_rng(0))
+    assert sorted({tuple(row) for row in x}) == sorted({tuple(short.val[s:s + 4]) for s in range(6)})
+    assert (y[:, -1] == short.val[-1]).any()                      # the last window, ending on the last character
     bits = bigram_bits_per_char(corpus.train, corpus.val, len(corpus.vocab))
     assert 1.0 < bits < np.log2(len(corpus.vocab))                 # better than uniform, worse than perfect
 

@@ -75,6 +75,11 @@ def test_comparing_a_tensor_with_none_is_false_as_in_pytorch():
         stopped = True
     assert not stopped
     assert host(idx_next == 3).tolist() == [[True], [False]]                 # other values compare elementwise
+    for method in ("eq", "ne", "lt", "ge"):                                   # the methods refuse None, as PyTorch's
+        with pytest.raises(TypeError, match=f"{method}\\(\\) received None"):
+            getattr(idx_next, method)(None)
+    with pytest.raises(TypeError, match="received None"):
+        idx_next < None                                                      # noqa: B015 (the refusal under test)
 
 
 def test_pytorchs_constants_and_pow():
@@ -146,3 +151,90 @@ def test_an_empty_tensor_prints_its_size_unless_it_is_1_d():
     assert repr(ta.zeros(2, 0)) == f"tensor([]{on}, size=(2, 0))"
     assert repr(ta.zeros(0, 3, dtype=ta.int32)) == f"tensor([]{on}, size=(0, 3), dtype=tinyattn.int32)"
     assert repr(ta.zeros(0)) == f"tensor([]{on})"
+
+
+# -- random draws ---------------------------------------------------------------------------------------------------
+def test_randint_takes_pytorchs_forms_and_refuses_a_size_that_is_not_a_tuple():
+    ta.manual_seed(0)
+    high_only = ta.randint(5, (200,))                       # nanoGPT's torch.randint(len(data) - block_size, (B,))
+    assert high_only.shape == (200,) and high_only.dtype == np.int64
+    assert set(host(high_only).tolist()) == {0, 1, 2, 3, 4}                    # 4 drawn too: high is exclusive only
+    between = host(ta.randint(3, 6, (200,)))
+    assert set(between.tolist()) == {3, 4, 5}
+    assert ta.randint(high=4, size=(2, 3)).shape == (2, 3) and ta.randint(2, high=4, size=(1,)).item() in (2, 3)
+    assert ta.randint(2, 4, (5,), dtype=ta.int32).dtype == np.int32
+    draws = [host(ta.randint(100, (8,), generator=ta.Generator().manual_seed(4))).tolist() for _ in range(2)]
+    assert draws[0] == draws[1]                                                # the generator's stream, not the global
+    with pytest.raises(TypeError, match="size must be a tuple of ints, got 5"):
+        ta.randint(3, 5)                                                       # not high=3, size=5
+    with pytest.raises(TypeError, match="got 3 bounds"):
+        ta.randint(1, 2, 3, (4,))
+
+
+def test_multinomial_and_randperm_draw_from_a_given_generator():
+    weights = ta.tensor([1.0, 2.0, 3.0, 4.0])
+    for replacement in (True, False):
+        a, b = (host(weights.multinomial(3, replacement, generator=ta.Generator().manual_seed(8))).tolist()
+                for _ in range(2))
+        assert a == b
+    ta.manual_seed(1)
+    first = host(ta.randperm(50, generator=ta.Generator().manual_seed(2))).tolist()
+    ta.manual_seed(9)
+    assert host(ta.randperm(50, generator=ta.Generator().manual_seed(2))).tolist() == first
+    if not ta.cuda.is_available():
+        with pytest.raises(RuntimeError, match="Expected a 'cuda' generator device but found 'cpu'"):
+            ta.randint(3, (2,), generator=ta.Generator(), device="cuda")
+
+
+# -- narrow ---------------------------------------------------------------------------------------------------------
+def test_narrow_is_a_view_of_length_elements_from_start():
+    x = ta.arange(12).reshape(3, 4)
+    assert host(x.narrow(1, 1, 2)).tolist() == [[1, 2], [5, 6], [9, 10]]
+    assert host(ta.narrow(x, 0, -1, 1)).tolist() == [[8, 9, 10, 11]]                 # a negative start from the end
+    assert x.narrow(-1, 4, 0).shape == (3, 0)
+    x.narrow(0, 1, 1).zero_()                                                         # a view: x changes with it
+    assert host(x[1]).tolist() == [0, 0, 0, 0]
+    with pytest.raises(RuntimeError, match=r"start \(3\) \+ length \(2\) exceeds dimension size \(4\)"):
+        x.narrow(1, 3, 2)
+    with pytest.raises(IndexError, match=r"start out of range \(expected to be in range of \[-3, 3\], but got 4\)"):
+        x.narrow(0, 4, 0)
+    assert ta.gradcheck(lambda t: t.narrow(1, 1, 2) * 3, (randn(3, 4),))
+
+
+# -- float32 matmul precision -----------------------------------------------------------------------------------------
+def test_float32_matmul_precision_is_recorded_and_lets_the_gpu_kernels_use_tf32():
+    from tinyattn.functional.flash_kernel import uses_tf32
+    assert ta.get_float32_matmul_precision() == "highest" and not uses_tf32()
+    a, b = randn(4, 5, dtype="float32"), randn(5, 3, dtype="float32")
+    before = host(a @ b)
+    try:
+        ta.set_float32_matmul_precision("high")                         # nanoGPT's and build-nanogpt's line
+        assert ta.get_float32_matmul_precision() == "high" and uses_tf32()
+        if DEVICE == "cpu":
+            assert np.array_equal(host(a @ b), before)                  # NumPy: float32 products as before
+        with pytest.warns(UserWarning, match="fast is not one of 'highest', 'high', or 'medium'"):
+            ta.set_float32_matmul_precision("fast")
+        assert ta.get_float32_matmul_precision() == "high"              # an unknown name changes nothing
+    finally:
+        ta.set_float32_matmul_precision("highest")
+    assert not uses_tf32()
+
+
+# -- legacy constructors --------------------------------------------------------------------------------------------
+def test_legacy_constructors_read_sizes_as_sizes_and_sequences_as_data():
+    assert ta.LongTensor(6).shape == (6,) and ta.LongTensor(6).dtype == np.int64     # six elements, not the number 6
+    assert ta.FloatTensor(2, 3).shape == (2, 3) and ta.FloatTensor(2, 3).dtype == np.float32
+    assert host(ta.LongTensor([1, 2])).tolist() == [1, 2] and ta.LongTensor([1.7]).dtype == np.int64
+    assert ta.Tensor(3).shape == (3,) and ta.Tensor(3).dtype == ta.get_default_dtype()
+    assert host(ta.Tensor([1, 2])).tolist() == [1.0, 2.0] and ta.Tensor([1, 2]).dtype == np.float32
+    assert host(ta.Tensor((2, 3))).tolist() == [2.0, 3.0]                           # one tuple is data, as PyTorch
+    assert ta.Tensor().shape == (0,) and ta.BoolTensor(2, 2).dtype == bool
+    assert host(ta.FloatTensor(np.array([1, 2]))).tolist() == [1.0, 2.0]
+    assert ta.LongTensor(ta.tensor([1.0, 2.0])).dtype == np.int64
+    assert str(ta.Tensor(2).device) == DEVICE
+    array = np.ones(3, dtype="float64")
+    assert ta.Tensor(array).array is array                                          # the engine's own use: held
+    with pytest.raises(RuntimeError, match=r"negative dimension: shape \(2, -1\)"):
+        ta.LongTensor(2, -1)
+    with pytest.raises(TypeError, match="takes sizes .* got ndarray, bool"):
+        ta.Tensor(array, True)                                                      # requires_grad is a keyword

@@ -385,6 +385,48 @@ ISSUE_46_SWEEP = [
     "torch.utils.data.TensorDataset", "torch.utils.data.DataLoader", "torch.utils.data.random_split",
     "torch.utils.data.Subset", "torch.nn.functional.softplus", "torch.nn.functional.glu",
     "torch.nn.functional.interpolate", "torch.Generator"]
+# Issue 55's five: Karpathy's lecture script (ng-video-lecture gpt.py), makemore.py with its six models,
+# pytorch/examples' word_language_model (main.py, model.py, data.py), build-nanogpt's train_gpt2.py and vit-pytorch's
+# simple_vit.py: every torch./nn./F./optim./utils.data name each uses (read from their newest sources; nn.LSTM and
+# nn.GRU by getattr). torch.distributed and DistributedDataParallel (build-nanogpt's multi-GPU run) belong to the
+# distributed package and its tests, and nn.Transformer (word_language_model's TransformerModel subclasses it) to the
+# nn.Transformer family's; the rest of what they use and tinyattn leaves out is in ABSENT.
+LECTURE_GPT = [
+    "torch.arange", "torch.cat", "torch.cuda.is_available", "torch.long", "torch.manual_seed", "torch.multinomial",
+    "torch.nn.Dropout", "torch.nn.Embedding", "torch.nn.LayerNorm", "torch.nn.Linear", "torch.nn.Module",
+    "torch.nn.ModuleList", "torch.nn.ReLU", "torch.nn.Sequential", "torch.nn.functional.cross_entropy",
+    "torch.nn.functional.softmax", "torch.nn.init.normal_", "torch.nn.init.zeros_", "torch.no_grad", "torch.ones",
+    "torch.optim.AdamW", "torch.randint", "torch.stack", "torch.tensor", "torch.tril", "torch.zeros"]
+MAKEMORE = [
+    "torch.arange", "torch.cat", "torch.cuda.manual_seed_all", "torch.cuda.synchronize", "torch.inference_mode",
+    "torch.load", "torch.long", "torch.manual_seed", "torch.multinomial", "torch.nn.Embedding", "torch.nn.LayerNorm",
+    "torch.nn.Linear", "torch.nn.Module", "torch.nn.ModuleDict", "torch.nn.ModuleList", "torch.nn.Parameter",
+    "torch.nn.Sequential", "torch.nn.Tanh", "torch.nn.functional.cross_entropy", "torch.nn.functional.sigmoid",
+    "torch.nn.functional.softmax", "torch.nn.functional.tanh", "torch.no_grad", "torch.ones", "torch.optim.AdamW",
+    "torch.pow", "torch.randperm", "torch.roll", "torch.save", "torch.stack", "torch.tanh", "torch.tensor",
+    "torch.topk", "torch.tril", "torch.utils.data.Dataset", "torch.utils.data.RandomSampler",
+    "torch.utils.data.dataloader.DataLoader", "torch.zeros"]
+WORD_LANGUAGE_MODEL = [
+    "torch.LongTensor", "torch.Tensor", "torch.accelerator.current_accelerator", "torch.accelerator.is_available",
+    "torch.arange", "torch.cat", "torch.cos", "torch.device", "torch.exp", "torch.float", "torch.int64", "torch.load",
+    "torch.log", "torch.manual_seed", "torch.nn.Dropout", "torch.nn.Embedding", "torch.nn.GRU", "torch.nn.LSTM",
+    "torch.nn.Linear", "torch.nn.Module", "torch.nn.NLLLoss", "torch.nn.RNN", "torch.nn.functional.log_softmax",
+    "torch.nn.functional.relu", "torch.nn.init.uniform_", "torch.nn.init.zeros_", "torch.nn.utils.clip_grad_norm_",
+    "torch.no_grad", "torch.ones", "torch.optim.AdamW", "torch.save", "torch.sin", "torch.tensor", "torch.tril",
+    "torch.zeros"]
+BUILD_NANOGPT = [
+    "torch.Generator", "torch.arange", "torch.backends", "torch.backends.mps.is_available", "torch.cat",
+    "torch.compile", "torch.cuda.is_available", "torch.cuda.manual_seed", "torch.cuda.set_device",
+    "torch.cuda.synchronize", "torch.gather", "torch.long", "torch.manual_seed", "torch.multinomial",
+    "torch.nn.Embedding", "torch.nn.GELU", "torch.nn.LayerNorm", "torch.nn.Linear", "torch.nn.Module",
+    "torch.nn.ModuleDict", "torch.nn.ModuleList", "torch.nn.functional.cross_entropy",
+    "torch.nn.functional.scaled_dot_product_attention", "torch.nn.functional.softmax", "torch.nn.init.normal_",
+    "torch.nn.init.zeros_", "torch.nn.utils.clip_grad_norm_", "torch.no_grad", "torch.optim.AdamW", "torch.save",
+    "torch.set_float32_matmul_precision", "torch.tensor", "torch.topk"]
+SIMPLE_VIT = [
+    "torch.arange", "torch.cat", "torch.float32", "torch.matmul", "torch.meshgrid", "torch.nn.GELU",
+    "torch.nn.Identity", "torch.nn.LayerNorm", "torch.nn.Linear", "torch.nn.Module", "torch.nn.ModuleList",
+    "torch.nn.Sequential", "torch.nn.Softmax"]
 TENSOR_METHODS = [
     "T", "abs", "backward", "bmm", "clone", "contiguous", "copy_", "cos", "cpu", "cuda", "data", "detach", "device",
     "dim", "dot", "exp", "expand", "fill_", "flatten", "index_fill_", "item", "log", "masked_fill", "matmul", "max",
@@ -392,14 +434,18 @@ TENSOR_METHODS = [
     "relu", "repeat", "repeat_interleave", "requires_grad", "requires_grad_", "reshape", "scatter_", "shape", "sin",
     "size", "softmax", "sort", "split", "sqrt", "squeeze", "std", "sum", "t", "tanh", "to", "tolist", "topk",
     "transpose", "tril", "triu", "type", "type_as", "unsqueeze", "view",
-    "square", "unflatten", "exp_", "relu_", "tanh_", "sigmoid_", "pow_"]                    # and the sweep's
+    "square", "unflatten", "exp_", "relu_", "tanh_", "sigmoid_", "pow_",                    # and the sweep's
+    "add_", "chunk", "dtype", "float", "narrow", "new_zeros", "zero_", "argmin"]             # and issue 55's five's
 # What those sources use that tinyattn leaves out on purpose, each listed in docs/porting.md with the reason.
 ABSENT = {
     "torch.amp.autocast": "no automatic mixed precision", "torch.bfloat16": "NumPy has no bfloat16",
     "torch.distributed.init_process_group": "one process on one device",
     "torch.distributed.destroy_process_group": "one process on one device",
     "torch.multiprocessing": "runs in one process", "torch.nn.parallel.DistributedDataParallel": None,
-    "torch.utils.data.distributed.DistributedSampler": None, "torch.nn.LazyBatchNorm1d": None}
+    "torch.utils.data.distributed.DistributedSampler": None, "torch.nn.LazyBatchNorm1d": None,
+    "torch.autocast": "no mixed-precision autocast", "torch.onnx.export": "no ONNX export",
+    "torch.serialization.safe_globals": None,
+    "torch.nn.modules.rnn.LSTM": None, "torch.utils.tensorboard.SummaryWriter": None}
 
 
 def _resolve(name):
@@ -412,7 +458,10 @@ def _resolve(name):
 
 @pytest.mark.parametrize("source, names", [("nanoGPT", NANOGPT), ("d2l attention chapters", D2L_ATTENTION),
                                            ("the Annotated Transformer", ANNOTATED_TRANSFORMER),
-                                           ("issue 46's sweep", ISSUE_46_SWEEP)])
+                                           ("issue 46's sweep", ISSUE_46_SWEEP),
+                                           ("the lecture's gpt.py", LECTURE_GPT), ("makemore", MAKEMORE),
+                                           ("word_language_model", WORD_LANGUAGE_MODEL),
+                                           ("build-nanogpt", BUILD_NANOGPT), ("simple_vit", SIMPLE_VIT)])
 def test_every_torch_name_the_sources_use_is_here(source, names):
     missing = []
     for name in names:
@@ -488,3 +537,15 @@ def test_lazy_layers_take_their_input_size_from_the_first_call():
     conv = ta.nn.LazyConv2d(5, kernel_size=3, padding=1)
     assert conv(ta.zeros(1, 2, 4, 4)).shape == (1, 5, 4, 4) and conv.weight.shape == (5, 2, 3, 3)
     assert type(conv) is ta.nn.Conv2d and ta.nn.LazyLinear(2, bias=False)(ta.ones(1, 3)).shape == (1, 2)
+
+
+def test_the_five_scripts_device_switches_and_rnn_flatten_parameters():
+    assert ta.backends.mps.is_available() is False                           # build-nanogpt's device detection
+    assert ta.accelerator.is_available() == ta.cuda.is_available()           # word_language_model's --accel
+    current = ta.accelerator.current_accelerator()
+    assert (current == "cuda") if ta.cuda.is_available() else current is None
+    with pytest.raises(AttributeError, match="no ONNX export"):
+        ta.onnx
+    lstm = ta.nn.LSTM(3, 4)
+    before = [p.array for p in lstm.parameters()]
+    assert lstm.flatten_parameters() is None and all(p.array is a for p, a in zip(lstm.parameters(), before))

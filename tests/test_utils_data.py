@@ -1,12 +1,16 @@
-"""tinyattn.utils.data, torch.utils.data for ported code (issue 46): Dataset, TensorDataset, Subset, random_split and
-DataLoader, held to PyTorch's documented behaviour (written down here: PyTorch is never a dependency)."""
-from collections import namedtuple
+"""tinyattn.utils.data, torch.utils.data for ported code (issues 46 and 55): Dataset, TensorDataset, Subset,
+random_split, the samplers and DataLoader, held to PyTorch's documented behaviour (written down here: PyTorch is never
+a dependency)."""
+import warnings
+from collections import Counter, namedtuple
 
 import numpy as np
 import pytest
 
 import tinyattn as torch
-from tinyattn.utils.data import DataLoader, Dataset, Subset, TensorDataset, random_split
+from tinyattn.utils.data import (BatchSampler, DataLoader, Dataset, RandomSampler, Sampler, SequentialSampler, Subset,
+                                 SubsetRandomSampler, TensorDataset, WeightedRandomSampler, default_collate,
+                                 random_split)
 
 from conftest import host
 
@@ -88,16 +92,12 @@ def test_tensor_dataset_subset_and_random_split():
         random_split(ds, [5, 4])
 
 
-def test_worker_processes_and_samplers_are_refused_saying_why():
+def test_worker_processes_are_refused_saying_why():
     with pytest.raises(ValueError, match="num_workers must be 0 here, got 2: .* in the calling process"):
         DataLoader(Squares(3), num_workers=2)
     with pytest.raises(ValueError, match="persistent_workers act on worker processes"):
         DataLoader(Squares(3), persistent_workers=True)
     assert len(DataLoader(Squares(3), num_workers=0, persistent_workers=False, prefetch_factor=None)) == 3
-    with pytest.raises(ValueError, match="no sampler"):
-        DataLoader(Squares(3), sampler=[0, 1])
-    with pytest.raises(ValueError, match="positive integer"):
-        DataLoader(Squares(3), batch_size=0)
     with pytest.raises(NotImplementedError, match="must define __getitem__"):
         Dataset()[0]
 
@@ -106,3 +106,125 @@ def test_it_is_also_torch_utils_data():
     assert torch.utils.data.DataLoader is DataLoader
     import tinyattn.data                                                       # the project's datasets stay apart
     assert not hasattr(tinyattn.data, "DataLoader")
+
+
+def test_the_package_has_pytorchs_submodules():
+    from tinyattn.utils.data._utils.collate import default_collate as from_utils
+    from tinyattn.utils.data.dataloader import DataLoader as from_dataloader, default_collate as from_loader
+    from tinyattn.utils.data.dataset import Dataset as from_dataset
+    from tinyattn.utils.data.sampler import RandomSampler as from_sampler
+    assert (from_dataloader, from_dataset, from_sampler) == (DataLoader, Dataset, RandomSampler)
+    assert from_utils is from_loader is default_collate
+
+
+def test_arguments_are_refused_with_pytorchs_words():
+    refused = {"sampler option is mutually exclusive with shuffle": dict(sampler=[0, 1], shuffle=True),
+               "batch_sampler option is mutually exclusive with batch_size, shuffle, sampler, and drop_last":
+                   dict(batch_sampler=[[0, 1]], batch_size=2),
+               "batch_size=None option disables auto-batching and is mutually exclusive with drop_last":
+                   dict(batch_size=None, drop_last=True),
+               r"batch_size should be a positive integer value, but got batch_size=0": dict(batch_size=0),
+               r"batch_size should be a positive integer value, but got batch_size=True": dict(batch_size=True)}
+    for message, arguments in refused.items():
+        with pytest.raises(ValueError, match=message):
+            DataLoader(Squares(3), **arguments)
+    for arguments in (dict(shuffle=True), dict(sampler=[0]), dict(drop_last=True)):
+        with pytest.raises(ValueError, match="batch_sampler option is mutually exclusive"):
+            DataLoader(Squares(3), batch_sampler=[[0, 1]], **arguments)
+    with pytest.raises(ValueError, match="drop_last should be a boolean value, but got drop_last=1"):
+        BatchSampler(range(3), 2, drop_last=1)
+    with pytest.raises(ValueError, match="num_samples should be a positive integer value, but got num_samples=0"):
+        RandomSampler(range(0))                                                # an empty dataset, shuffled
+    with pytest.raises(TypeError, match="replacement should be a boolean value, but got replacement=1"):
+        RandomSampler(range(3), replacement=1)
+    with pytest.raises(ValueError, match=r"weights should be a 1d sequence but given weights have shape \(1, 2\)"):
+        WeightedRandomSampler([[1.0, 2.0]], 2)
+
+
+def test_sequential_and_batch_samplers():
+    assert list(SequentialSampler(range(4))) == [0, 1, 2, 3] and len(SequentialSampler("abc")) == 3
+    assert list(BatchSampler(SequentialSampler(range(7)), 3, False)) == [[0, 1, 2], [3, 4, 5], [6]]
+    assert list(BatchSampler(range(7), 3, drop_last=True)) == [[0, 1, 2], [3, 4, 5]]
+    assert len(BatchSampler(range(7), 3, False)) == 3 and len(BatchSampler(range(7), 3, True)) == 2
+
+
+def test_random_sampler_permutes_repeats_permutations_or_draws_with_replacement():
+    seed = torch.Generator().manual_seed
+    once = list(RandomSampler(range(10), generator=seed(1)))
+    assert sorted(once) == list(range(10)) and once != list(range(10))
+    longer = list(RandomSampler(range(4), num_samples=10, generator=seed(1)))
+    assert len(longer) == 10 and sorted(longer[:4]) == sorted(longer[4:8]) == [0, 1, 2, 3]   # whole permutations
+    assert len(set(longer[8:])) == 2                                                        # then a part of one
+    drawn = list(RandomSampler(range(3), replacement=True, num_samples=60, generator=seed(1)))
+    assert len(drawn) == 60 and set(drawn) == {0, 1, 2}                                    # indices repeat
+    assert list(RandomSampler(range(3), replacement=True, num_samples=60, generator=seed(1))) == drawn
+    assert len(RandomSampler(range(3), replacement=True)) == 3
+    sampler = RandomSampler(range(20), generator=seed(5))
+    assert list(sampler) != list(sampler)                                                  # a new order each pass
+    endless = RandomSampler(Squares(5), replacement=True, num_samples=int(1e10))          # makemore's training loader
+    loader = DataLoader(Squares(5), batch_size=32, pin_memory=True, num_workers=0, sampler=endless)
+    x, y = next(iter(loader))                                                              # drawn as needed
+    assert x.shape == (32, 2) and len(loader) == int(1e10) // 32                          # 32 divides 1e10
+
+
+def test_subset_and_weighted_random_samplers():
+    seed = torch.Generator().manual_seed
+    picked = list(SubsetRandomSampler([7, 3, 9, 1], generator=seed(0)))
+    assert sorted(picked) == [1, 3, 7, 9] and len(SubsetRandomSampler([7, 3])) == 2
+    counts = Counter(WeightedRandomSampler([0.0, 1.0, 3.0], 4000, generator=seed(2)))
+    assert counts[0] == 0 and 0.70 < counts[2] / 4000 < 0.80                               # 3/4 of the draws
+    distinct = list(WeightedRandomSampler([1.0, 0.0, 2.0, 5.0], 3, replacement=False, generator=seed(2)))
+    assert sorted(distinct) == [0, 2, 3]                                                   # each at most once
+    assert list(WeightedRandomSampler([1.0, 2.0, 3.0], 5, generator=seed(9))) == \
+        list(WeightedRandomSampler([1.0, 2.0, 3.0], 5, generator=seed(9)))
+
+
+def test_data_loader_reads_the_order_of_a_sampler_or_the_batches_of_a_batch_sampler():
+    def values(loader):
+        return [host(batch).tolist() for (batch,) in loader]
+    ds = TensorDataset(torch.arange(10) * 10)
+    assert values(DataLoader(ds, batch_size=2, sampler=[9, 0, 4])) == [[90, 0], [40]]
+    loader = DataLoader(ds, batch_sampler=[[1, 2, 3], [5]])
+    assert values(loader) == [[10, 20, 30], [50]] and len(loader) == 2 and loader.batch_size is None
+    weighted = DataLoader(ds, batch_size=5, sampler=WeightedRandomSampler([0.0] * 9 + [1.0], 10))
+    assert values(weighted) == [[90] * 5] * 2 and len(weighted) == 2
+    shuffled = DataLoader(ds, batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(3))
+    assert isinstance(shuffled.sampler, RandomSampler) and isinstance(shuffled.batch_sampler, BatchSampler)
+    assert sorted(sum(values(shuffled), [])) == list(range(0, 100, 10))
+    one_by_one = DataLoader(ds, batch_size=None, sampler=[3, 1])
+    assert [host(t).item() for (t,) in one_by_one] == [30, 10]
+
+
+def test_a_sampler_without_len_iterates_and_the_loaders_len_says_why_it_has_none():
+    class Evens(Sampler):
+        def __init__(self, n):
+            super().__init__(range(n))                       # as samplers written for older PyTorch do
+            self.n = n
+
+        def __iter__(self):
+            return iter(range(0, self.n, 2))
+    loader = DataLoader(list(range(10)), batch_size=2, sampler=Evens(10))
+    assert [host(b).tolist() for b in loader] == [[0, 2], [4, 6], [8]]
+    with pytest.raises(TypeError, match="Evens defines no __len__"):
+        len(loader)
+    with pytest.raises(NotImplementedError, match="must define __iter__"):
+        iter(Sampler())
+
+
+def test_default_collate_reads_numbers_as_pytorch():
+    mixed = default_collate([1, 2.5])
+    assert host(mixed).tolist() == [1.0, 2.5] and mixed.dtype == np.float32            # torch.tensor([1, 2.5])
+    assert default_collate([2.5, 1]).dtype == np.float64                                  # a float first: float64
+    assert default_collate([True, 2]).dtype == np.int64 and default_collate([True, False]).dtype == bool
+    assert default_collate([b"ab", b"c"]) == [b"ab", b"c"]
+
+
+def test_random_split_refuses_fractions_outside_zero_to_one_and_warns_of_an_empty_split():
+    with pytest.raises(ValueError, match=r"Fraction at index 0 is not between 0 and 1"):
+        random_split(range(10), [1.5, -0.5])
+    with pytest.warns(UserWarning, match="Length of split at index 1 is 0"):
+        parts = random_split(range(3), [0.5, 0.0, 0.5])
+    assert [len(p) for p in parts] == [2, 0, 1]                       # floors 1, 0, 1; the one left to the first
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        random_split(range(10), [0.5, 0.5])

@@ -103,6 +103,21 @@ def test_in_place_changes_on_0_d_and_indexed_elements_pass_gradcheck():
     assert ta.gradcheck(f, (randn(4),))
 
 
+def test_an_expand_that_repeats_no_element_changes_in_place_and_its_source_sees_it():
+    x = ta.tensor(2.0)
+    y = x.expand(())
+    y += 1                                                # one element, one memory location: allowed, as PyTorch
+    assert y.item() == 3 and x.item() == 3
+    v = ta.tensor([1.0, 2.0])
+    w = v.expand(1, 2)
+    w.mul_(10)
+    assert host(v).tolist() == [10, 20] and w.shape == (1, 2)
+    with pytest.raises(RuntimeError, match=r"shape \(3, 2\), made by expand .* single memory location"):
+        v.expand(3, 2).add_(1)                            # each element three times: refused
+    with pytest.raises(RuntimeError, match="single memory location"):
+        ta.tensor(1.0).expand(2).zero_()
+
+
 def _tensors_in(result):
     if isinstance(result, ta.Tensor):
         return [result]
@@ -128,7 +143,8 @@ def _every_public_op_on_small_inputs():
               lambda: ta.tensor([1, 3, 2]))
     for name in sorted(dir(ta)):
         function = getattr(ta, name)
-        if name.startswith("_") or isinstance(function, type) or not callable(function) or name in ("manual_seed",):
+        if name.startswith("_") or isinstance(function, type) or not callable(function) or \
+                name in ("manual_seed", "set_default_dtype"):         # global settings: a tensor's dtype would stick
             continue
         for make in inputs:
             yield name, _zero_d_results(lambda: function(make())) + _zero_d_results(lambda: function(make(), make()))

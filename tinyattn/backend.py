@@ -7,6 +7,7 @@ CuPy is imported lazily: a machine without it never pays for the import.
 import contextlib
 import math
 import os
+import warnings
 
 import numpy
 
@@ -182,6 +183,26 @@ def set_default_dtype(dtype):
 
 def get_default_dtype():
     return _default_float
+
+
+_float32_matmul_precision = "highest"
+
+
+def set_float32_matmul_precision(precision):
+    """torch.set_float32_matmul_precision, recorded: "highest" (the default), "high" or "medium". NumPy multiplies
+    float32 in float32 whatever it says; on the GPU, "high" and "medium" let the fused attention kernels multiply in
+    plain TF32 (as CUPY_TF32=1 does; CuPy's own matmul follows only CUPY_TF32). Another name warns and changes
+    nothing, as PyTorch."""
+    global _float32_matmul_precision
+    if precision not in ("highest", "high", "medium"):
+        warnings.warn(f"{precision} is not one of 'highest', 'high', or 'medium'; the current "
+                      "set_float32_matmul_precision call has no effect.", stacklevel=2)
+        return
+    _float32_matmul_precision = precision
+
+
+def get_float32_matmul_precision():
+    return _float32_matmul_precision
 
 
 def manual_seed(seed, device=None):

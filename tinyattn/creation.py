@@ -3,7 +3,7 @@ import numpy
 
 from . import backend
 from .backend import get_default_dtype, set_default_dtype  # noqa: F401  (tinyattn.set_default_dtype, as torch)
-from .tensor import Tensor
+from .tensor import Tensor, legacy_array
 
 
 def _resolve(device):
@@ -56,16 +56,19 @@ def new_shape(size):
 
 
 def zeros(*size, dtype=None, device=None, requires_grad=False):
-    return Tensor(backend.xp_for(_resolve(device)).zeros(new_shape(size), dtype=_dtype(dtype)), requires_grad)
+    array = backend.xp_for(_resolve(device)).zeros(new_shape(size), dtype=_dtype(dtype))
+    return Tensor(array, requires_grad=requires_grad)
 
 
 def ones(*size, dtype=None, device=None, requires_grad=False):
-    return Tensor(backend.xp_for(_resolve(device)).ones(new_shape(size), dtype=_dtype(dtype)), requires_grad)
+    array = backend.xp_for(_resolve(device)).ones(new_shape(size), dtype=_dtype(dtype))
+    return Tensor(array, requires_grad=requires_grad)
 
 
 def empty(*size, dtype=None, device=None, requires_grad=False):
     """Uninitialised values (whatever the memory held), as torch.empty."""
-    return Tensor(backend.xp_for(_resolve(device)).empty(new_shape(size), dtype=_dtype(dtype)), requires_grad)
+    array = backend.xp_for(_resolve(device)).empty(new_shape(size), dtype=_dtype(dtype))
+    return Tensor(array, requires_grad=requires_grad)
 
 
 def full(size, fill_value, dtype=None, device=None, requires_grad=False):
@@ -74,7 +77,8 @@ def full(size, fill_value, dtype=None, device=None, requires_grad=False):
         dtype = backend.bool_ if isinstance(fill_value, bool) else backend.int64 if isinstance(fill_value, int) \
             else None
     size = new_shape(size)
-    return Tensor(backend.xp_for(_resolve(device)).full(size, fill_value, dtype=_dtype(dtype)), requires_grad)
+    array = backend.xp_for(_resolve(device)).full(size, fill_value, dtype=_dtype(dtype))
+    return Tensor(array, requires_grad=requires_grad)
 
 
 def _like(t, dtype, device):
@@ -120,17 +124,18 @@ def numel(t):
     return t.numel()
 
 
-def LongTensor(data):
-    """PyTorch's legacy constructor: tensor(data, dtype=int64)."""
-    return tensor(data, dtype=backend.int64)
+def LongTensor(*data):
+    """PyTorch's legacy constructor: LongTensor(6) an uninitialised int64 tensor of 6 elements, LongTensor(2, 3) of
+    shape (2, 3), LongTensor([1, 2]) that data as int64."""
+    return Tensor(legacy_array(data, backend.int64))
 
 
-def FloatTensor(data):
-    return tensor(data, dtype=backend.float32)
+def FloatTensor(*data):
+    return Tensor(legacy_array(data, backend.float32))
 
 
-def BoolTensor(data):
-    return tensor(data, dtype=backend.bool_)
+def BoolTensor(*data):
+    return Tensor(legacy_array(data, backend.bool_))
 
 
 def arange(start, end=None, step=1, dtype=None, device=None):
@@ -154,28 +159,50 @@ def eye(n, m=None, dtype=None, device=None):
 def randn(*size, dtype=None, device=None, requires_grad=False):
     device = _resolve(device)
     array = backend.generator(device).standard_normal(new_shape(size), dtype=_dtype(dtype))
-    return Tensor(array, requires_grad)
+    return Tensor(array, requires_grad=requires_grad)
 
 
 def rand(*size, dtype=None, device=None, requires_grad=False):
     device = _resolve(device)
-    return Tensor(backend.generator(device).random(new_shape(size), dtype=_dtype(dtype)), requires_grad)
+    array = backend.generator(device).random(new_shape(size), dtype=_dtype(dtype))
+    return Tensor(array, requires_grad=requires_grad)
 
 
-def randint(low, high=None, size=(), dtype=None, device=None):
-    if high is None:
-        low, high = 0, low
+def _stream(generator, device):
+    """The random stream to draw from and its device: the given Generator's, or the seeded global one of device."""
+    if generator is None:
+        device = _resolve(device)
+        return backend.generator(device), device
+    if device is not None and backend.check_device(device) != generator.device:
+        raise RuntimeError(f"Expected a '{backend.check_device(device)}' generator device but found "
+                           f"'{generator.device}'")
+    return generator.rng, generator.device
+
+
+def randint(*bounds, size=None, low=None, high=None, generator=None, dtype=None, device=None):
+    """Integers drawn uniformly from [low, high) (int64 unless told), in torch.randint's forms: randint(high, size),
+    randint(low, high, size), or with keywords (randint(high=10, size=(3,))). size is a tuple, as PyTorch requires:
+    randint(3, 5) is refused rather than read as high=3, size=5."""
+    if size is None and bounds:
+        *bounds, size = bounds
+    if not isinstance(size, (tuple, list)):
+        raise TypeError(f"randint: size must be a tuple of ints, got {size!r}; the forms are randint(high, size) and "
+                        "randint(low, high, size)")
+    bounds = ([] if low is None else [low]) + list(bounds) + ([] if high is None else [high])
+    if len(bounds) not in (1, 2):
+        raise TypeError(f"randint takes high, or low and high, before size; got {len(bounds)} bounds {bounds}")
+    low, high = bounds if len(bounds) == 2 else (0, bounds[0])
     if low >= high:
         raise RuntimeError(f"randint draws from [low, high): low must be less than high, got low={low}, high={high}")
-    device = _resolve(device)
-    array = backend.generator(device).integers(low, high, size=new_shape(size))
+    rng, device = _stream(generator, device)
+    array = rng.integers(low, high, size=new_shape(size))
     return Tensor(array.astype(_dtype(dtype, backend.int64)))
 
 
-def multinomial(input, num_samples, replacement=False):
+def multinomial(input, num_samples, replacement=False, *, generator=None):
     """Draw num_samples category indices per row of input (weights, not necessarily normalised), as
-    torch.multinomial, from the seeded generator of input's device. Without replacement each row's draws differ
-    (the Gumbel top-k trick: the k largest of log w + Gumbel noise are a draw without replacement)."""
+    torch.multinomial, from generator or else the seeded generator of input's device. Without replacement each row's
+    draws differ (the Gumbel top-k trick: the k largest of log w + Gumbel noise are a draw without replacement)."""
     weights = input.array
     xp = backend.xp_of(weights)
     rows = weights.reshape(-1, weights.shape[-1]).astype(backend.float64)
@@ -186,7 +213,7 @@ def multinomial(input, num_samples, replacement=False):
     if not replacement and num_samples > rows.shape[1]:
         raise RuntimeError(f"multinomial: cannot draw {num_samples} samples without replacement from "
                            f"{rows.shape[1]} categories")
-    rng = backend.generator(input.device.type)
+    rng, _ = _stream(generator, input.device.type)
     if replacement:
         cdf = xp.cumsum(rows, axis=1)
         draws = rng.random((rows.shape[0], num_samples)) * cdf[:, -1:]
@@ -200,9 +227,9 @@ def multinomial(input, num_samples, replacement=False):
 
 def randperm(n, *, generator=None, device=None):
     """A random order of 0..n-1, from the seeded generator of the device, or from the given Generator."""
-    device = _resolve(device) if generator is None else generator.device
+    rng, device = _stream(generator, device)
     (n,) = new_shape(n)
-    draws = (backend.generator(device) if generator is None else generator.rng).random(n)
+    draws = rng.random(n)
     return Tensor(backend.xp_for(device).argsort(draws).astype(backend.int64))
 
 

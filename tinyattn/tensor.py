@@ -196,6 +196,23 @@ def _held(array):
 _NUMPY_SCALAR = backend.numpy.generic
 
 
+def legacy_array(args, dtype):
+    """The array PyTorch's legacy constructors (torch.Tensor, LongTensor, FloatTensor, ...) make of their arguments,
+    of dtype on the default device: sizes give an uninitialised array of that shape (LongTensor(6) holds six
+    elements, not the number 6; no sizes, none), one list, tuple, array or tensor gives a copy of its data."""
+    device = backend.default_device()
+    if all(type(n) is int for n in args):
+        if any(n < 0 for n in args):
+            raise RuntimeError(f"trying to create a tensor with a negative dimension: shape {args}")
+        return backend.xp_for(device).empty(args or (0,), dtype=dtype)      # Tensor(): one dim of size 0
+    if len(args) == 1 and isinstance(args[0], (list, tuple)):
+        return backend.to_device(backend.numpy.array(args[0], dtype=dtype), device)
+    if len(args) == 1 and (backend.is_array(args[0]) or isinstance(args[0], Tensor)):
+        return backend.to_device(as_array(args[0]).astype(dtype), device)
+    raise TypeError("a legacy constructor (Tensor, LongTensor, ...) takes sizes (ints) or one list, tuple, array or "
+                    f"tensor of data; got {', '.join(type(a).__name__ for a in args)}")
+
+
 def _is_float(dtype):
     return dtype.kind == "f"
 
@@ -207,8 +224,13 @@ class Tensor:
     _is_view = False           # True for the result of an op that views its input's memory (reshape, a slice, ...)
     _base = None               # for a view made by basic indexing: (the tensor it views, the index)
 
-    def __init__(self, data, requires_grad=False):
-        self.array = _held(data)
+    def __init__(self, *data, requires_grad=False):
+        """Tensor(array) holds a NumPy or CuPy array (the engine's own use). PyTorch's legacy forms read as PyTorch
+        reads them: Tensor(2, 3) a new uninitialised (2, 3) tensor, Tensor([1, 2]) that data, Tensor() an empty one,
+        of the default float dtype."""
+        if len(data) != 1 or type(data[0]) in (int, list, tuple):
+            data = (legacy_array(data, backend.get_default_dtype()),)
+        self.array = _held(data[0])
         self.grad = None
         self._node = None
         self._versions = [0]     # how often its memory was changed in place; shared with the tensors viewing it

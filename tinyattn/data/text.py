@@ -33,9 +33,11 @@ class CharCorpus:
         self.train, self.val = ids[:cut], ids[cut:]
 
     def batch(self, split, batch_size, block_size, rng):
-        """Random windows: inputs (B, T) and the next characters (B, T)."""
+        """Random windows: inputs (B, T) and the next characters (B, T). Every start 0..len - T - 1 can be drawn, the
+        last window (whose targets end on the split's last character) included, as nanoGPT's
+        torch.randint(len(data) - block_size, (batch_size,))."""
         ids = self.train if split == "train" else self.val
-        starts = rng.integers(0, len(ids) - block_size - 1, size=batch_size)
+        starts = rng.integers(0, len(ids) - block_size, size=batch_size)
         x = numpy.stack([ids[s:s + block_size] for s in starts])
         y = numpy.stack([ids[s + 1:s + block_size + 1] for s in starts])
         return x, y

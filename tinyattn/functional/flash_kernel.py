@@ -9,13 +9,13 @@ into the same gradient. CuPy compiles it at first use, once per head size and pr
 Precision: by default each float32 operand goes in as two TF32 numbers and each product as three (3xTF32, as
 CUTLASS does and PyTorch's float32 attention kernels too): float32's accuracy, 2e-7 to 8e-7 relative against float64
 (measured on an H100), so the GPU path passes the same tests as the CPU's. With CuPy's TF32 switch on (CUPY_TF32=1,
-which also lets CuPy's own matrix products use TF32) one TF32 product: about twice as fast, with errors of 3e-4 to
-7e-4 relative. tests/test_attention.py bounds both.
+which also lets CuPy's own matrix products use TF32) or ta.set_float32_matmul_precision("high") one TF32 product:
+about twice as fast, with errors of 3e-4 to 7e-4 relative. tests/test_attention.py bounds both.
 """
 import math
 import os
 
-from ..backend import float32, is_cupy_array, xp_of
+from ..backend import float32, get_float32_matmul_precision, is_cupy_array, xp_of
 from ..tensor import Function
 
 _SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "flash_attention.cu")
@@ -33,8 +33,9 @@ def tile_rows(head_dim):
 
 
 def uses_tf32():
-    """True when CuPy's TF32 switch is on: then the kernels multiply in plain TF32."""
-    return os.environ.get("CUPY_TF32", "0") != "0"
+    """True when CuPy's TF32 switch is on, or set_float32_matmul_precision allows less than "highest": then the
+    kernels multiply in plain TF32."""
+    return os.environ.get("CUPY_TF32", "0") != "0" or get_float32_matmul_precision() != "highest"
 
 
 def unsupported(query, key, value, attn_mask):

@@ -270,6 +270,10 @@ class _Recurrent(Module):
         finals = finals if batched else [f.squeeze(1) for f in finals]
         return (output, tuple(finals)) if self.kind == "LSTM" else (output, finals[0])
 
+    def flatten_parameters(self):
+        """PyTorch packs the weights into one block for cuDNN; each weight here is its own array, so nothing to do
+        (word_language_model calls it after loading)."""
+
     def extra_repr(self):
         return (f"{self.input_size}, {self.hidden_size}, num_layers={self.num_layers}, "
                 f"batch_first={self.batch_first}, bidirectional={self.bidirectional}")

@@ -25,8 +25,8 @@ from .promotion import (Cast, accumulates_in_float32, check_one_dtype, computes_
 from .reductions import (Cumsum, LogSumExp, MaxOrMin, Mean, Norm, Prod, Sum, TakeAlongDim, Var, all, amax, amin, any,
                          argmax, argmin, cumsum, logsumexp, max, mean, min, norm, prod, std, sum, var)
 from .shapes import (Cat, Contiguous, Diag, Expand, Flip, Pad, Permute, Repeat, Reshape, RepeatInterleave, Roll, Stack,
-                     broadcast_to, cat, chunk, contiguous, diag, expand, flatten, flip, meshgrid, pad, permute, repeat,
-                     repeat_interleave, reshape, roll, split, squeeze, stack, t, transpose, unbind, unflatten,
+                     broadcast_to, cat, chunk, contiguous, diag, expand, flatten, flip, meshgrid, narrow, pad, permute,
+                     repeat, repeat_interleave, reshape, roll, split, squeeze, stack, t, transpose, unbind, unflatten,
                      unsqueeze)
 from .sorting import argsort, sort, topk
 

@@ -15,8 +15,8 @@ from .indexing import (gather, getitem, index_add, index_fill, index_select, mas
 from .matmul import bmm, dot, matmul
 from .reductions import (all, amax, amin, any, argmax, argmin, cumsum, logsumexp, max, mean, min, norm, prod, std, sum,
                          var)
-from .shapes import (broadcast_to, chunk, contiguous, diag, expand, flatten, flip, permute, repeat, repeat_interleave,
-                     reshape, roll, split, squeeze, t, transpose, unbind, unflatten, unsqueeze)
+from .shapes import (broadcast_to, chunk, contiguous, diag, expand, flatten, flip, narrow, permute, repeat,
+                     repeat_interleave, reshape, roll, split, squeeze, t, transpose, unbind, unflatten, unsqueeze)
 from .sorting import argsort, sort, topk
 
 
@@ -27,6 +27,9 @@ def _reflected(function):
 
 def _compare(op):
     def compare(a, b):
+        if b is None:                      # NumPy would compare each element with None and answer False, silently
+            raise TypeError(f"{op.__name__}() received None: compare with a tensor or a number (only `x == None` and "
+                            "`x != None` take None, and answer False and True, as in PyTorch)")
         return Tensor(op(a.array, as_array(b)))
     return compare
 
@@ -80,6 +83,7 @@ def install():
         "unsqueeze": unsqueeze, "squeeze": squeeze, "flatten": flatten, "expand": expand,
         "contiguous": contiguous, "masked_fill": masked_fill, "repeat_interleave": repeat_interleave,
         "split": split, "chunk": chunk, "index_add": index_add, "roll": roll, "tril": tril, "triu": triu, "to": to,
+        "narrow": narrow,
         "add_": in_place.add_, "sub_": in_place.sub_, "mul_": in_place.mul_, "div_": in_place.div_,
         "zero_": in_place.zero_, "fill_": in_place.fill_, "copy_": in_place.copy_, "clamp_": in_place.clamp_,
         "masked_fill_": in_place.masked_fill_, "normal_": in_place.normal_, "uniform_": in_place.uniform_,

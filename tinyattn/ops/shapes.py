@@ -7,7 +7,7 @@ from ..backend import xp_of
 from ..creation import shape_from_args
 from .dims import dim_index, dim_indices
 from .elementwise import cast
-from .indexing import GetItem
+from .indexing import GetItem, getitem
 from .promotion import result_dtype
 from ..tensor import Function
 
@@ -37,7 +37,9 @@ class Permute(Function):
 class Expand(Function):
     @staticmethod
     def forward(ctx, x, shape):
-        return xp_of(x).broadcast_to(x, shape)
+        if math.prod(shape) == x.size:     # no element repeated (size-1 dims only): a writable view, as PyTorch's
+            return x.reshape(shape)
+        return xp_of(x).broadcast_to(x, shape)     # read-only: a write would land on one element several times
 
     @staticmethod
     def backward(ctx, grad):
@@ -312,6 +314,21 @@ def split(x, split_size_or_sections, dim=0):
         pieces.append(GetItem.apply(x, lead + (slice(start, start + s),)))
         start += s
     return tuple(pieces)
+
+
+def narrow(x, dim, start, length):
+    """The length elements from start along dim, a view as x[..., start:start + length] (a negative start counts
+    from the end), as torch.narrow."""
+    dim = dim_index(dim, x.ndim)
+    size = x.shape[dim]
+    if not -size <= start <= size:
+        raise IndexError(f"start out of range (expected to be in range of [{-size}, {size}], but got {start}): "
+                         f"narrow of dim {dim} of shape {x.shape}")
+    start = start + size if start < 0 else start
+    if length < 0 or start + length > size:
+        raise RuntimeError(f"start ({start}) + length ({length}) exceeds dimension size ({size}): narrow of dim {dim} "
+                           f"of shape {x.shape}, and length must be non-negative")
+    return getitem(x, (slice(None),) * dim + (slice(start, start + length),))
 
 
 def chunk(x, chunks, dim=0):

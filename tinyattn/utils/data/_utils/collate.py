@@ -1,0 +1,38 @@
+"""default_collate: a list of samples as one batch, as PyTorch's (torch.utils.data._utils.collate, where ported code
+imports it from; torch.utils.data.default_collate is the same function)."""
+import numbers
+
+import numpy
+
+from .... import backend
+from ....creation import tensor
+from ....ops import stack
+from ....tensor import Tensor
+
+
+def default_collate(batch):
+    """A list of samples as one batch, as PyTorch's default_collate: tensors and NumPy arrays stacked along a new
+    dim 0; numbers as torch.tensor reads the list (ints to int64, bools to bool, and a list holding a float among
+    ints to the default float dtype), but a list that starts with a Python float to float64; a dict of such per key,
+    a tuple or list per position (a list of batches; a namedtuple stays one); strings and bytes left as the list."""
+    first = batch[0]
+    if isinstance(first, Tensor):
+        return stack(batch)
+    if isinstance(first, (numpy.ndarray, numpy.generic)):
+        return tensor(numpy.stack(batch))
+    if isinstance(first, float):
+        return tensor(batch, dtype=backend.float64)
+    if isinstance(first, numbers.Integral):
+        return tensor(batch)
+    if isinstance(first, (str, bytes)):
+        return batch
+    if isinstance(first, dict):
+        return {key: default_collate([sample[key] for sample in batch]) for key in first}
+    if isinstance(first, tuple) and hasattr(first, "_fields"):
+        return type(first)(*(default_collate(list(field)) for field in zip(*batch)))
+    if isinstance(first, (tuple, list)):
+        if any(len(sample) != len(first) for sample in batch):
+            raise RuntimeError("each element in list of batch should be of equal size")
+        return [default_collate(list(position)) for position in zip(*batch)]
+    raise TypeError(f"default_collate: batch must contain tensors, numpy arrays, numbers, dicts or lists; found "
+                    f"{type(first).__name__}")
