@@ -13,7 +13,7 @@ import tempfile
 
 from . import cpu
 from .tools import environment
-from .backend import manual_seed
+from .backend import generator, manual_seed
 from .hub import PretrainedError
 from .serialization import CheckpointError
 from .viz.display import in_notebook, static_page
@@ -58,6 +58,9 @@ def options(description="", arguments=()):
     args.plots = args.plots or (plots if args.gallery else os.path.join(runs, "quick") if args.quick else runs)
     _writable_folder(parser, args.plots)
     manual_seed(args.seed)
+    # Draw the CPU generator now, before the first line a run prints: it imports NumPy's random module, whose
+    # Cython start-up swallows a KeyboardInterrupt raised during it, so a Ctrl-C just after that line was lost.
+    generator("cpu")
     if sys.excepthook is sys.__excepthook__:     # a hook of one's own (a notebook kernel's, a debugger's) is kept
         sys.excepthook = _ctrl_c_in_one_line
     repository_on_path()
