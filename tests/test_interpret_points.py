@@ -229,3 +229,21 @@ def test_the_module_docstring_and_the_docs_give_the_points_table():
             for name in re.findall(r"`([^`]+)`", names):
                 documented[kind(name)] = ours[:ours.index(")") + 1]
     assert documented == {kind(name): shape for name, shape, _ in interpret.POINTS}
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_pytorchs_multihead_attention_has_the_same_points_and_its_heads_results_add_up(batch_first):
+    ta.manual_seed(0)
+    attention = nn.MultiheadAttention(8, 2, batch_first=batch_first).double()
+    nn.init.normal_(attention.out_proj.bias)
+    assert attention.hook_point_names == nn.MultiHeadAttention(8, 2).hook_point_names
+    x = ta.randn(3, 5, 8, dtype=ta.float64)
+    out, averaged = attention(x, x, x)                            # need_weights=True (PyTorch's default) keeps them
+    with ta.no_grad(), interpret.record(attention, ["hook_result", "hook_pattern"]) as cache:
+        hooked, _ = attention(x, x, x)
+    assert np.allclose(hooked.numpy(), out.numpy(), atol=1e-12)
+    heads_sum = cache["hook_result"].sum(dim=2) + attention.out_proj.bias                     # (N, L, E)
+    assert cache["hook_result"].shape == (3 if batch_first else 5, 5 if batch_first else 3, 2, 8)
+    assert np.allclose(heads_sum.numpy(), (out if batch_first else out.transpose(0, 1)).numpy(), atol=1e-12)
+    assert np.array_equal(attention.last_weights.numpy(), cache["hook_pattern"].numpy())
+    assert np.allclose(attention.last_weights.mean(dim=1).numpy(), averaged.numpy(), atol=1e-12)
