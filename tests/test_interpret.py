@@ -49,25 +49,26 @@ def test_recording_leaves_no_hook_and_records_nothing_outside_the_block():
     model, x = gpt(mlp="none"), ids()
     before = hooks(model)
     with interpret.record(model) as cache:
-        assert hooks(model) > before and all(b.attn.keep_weights for b in model.blocks)
+        assert hooks(model) > before and all(b.attn.hook_pattern.hooked for b in model.blocks)
         model(x)
-    assert hooks(model) == before and not any(b.attn.keep_weights for b in model.blocks)
+    assert hooks(model) == before and not any(b.attn.hook_pattern.hooked for b in model.blocks)
     recorded = cache.attention["blocks.0.attn"]
     model(ids(seed=1))
     assert cache.attention["blocks.0.attn"] is recorded
     assert set(cache) == {name for name, _ in model.named_modules()} - {"blocks"}      # a ModuleList is never called
     with pytest.raises(RuntimeError, match="boom"), interpret.record(model):
         raise RuntimeError("boom")
-    assert hooks(model) == before and not model.blocks[0].attn.keep_weights
+    assert hooks(model) == before and not model.blocks[0].attn.hook_pattern.hooked
 
 
-def test_recording_keeps_the_models_own_keep_weights_and_works_with_gradients():
+def test_recording_keeps_the_models_own_pattern_hook_and_works_with_gradients():
     model, x = gpt(), ids()
-    model.blocks[0].attn.keep_weights = True
+    own = model.blocks[0].attn.hook_pattern.register_forward_hook(lambda module, args, pattern: None)
     with interpret.record(model, names=["blocks.0.attn", "blocks.1.attn"]) as cache:
         logits, loss = model(x, x)
     loss.backward()                                               # the graph is the model's; the records are detached
-    assert model.blocks[0].attn.keep_weights and not model.blocks[1].attn.keep_weights
+    assert list(model.blocks[0].attn.hook_pattern._forward_hooks.values()) == [own.hooks[own.key]]
+    assert not model.blocks[1].attn.hook_pattern.hooked
     assert set(cache) == {"blocks.0.attn", "blocks.1.attn"} and cache["blocks.0.attn"].grad_fn is None
     assert set(cache.heads) == {"blocks.0.attn", "blocks.1.attn"}
 
@@ -286,7 +287,7 @@ def test_pytorchs_multihead_attention_is_recorded_ablated_and_patched(batch_firs
     weights, z, out = multihead_by_hand(model.attn, x.numpy())
     with interpret.record(model) as cache:
         assert np.allclose(model(x).numpy(), out, atol=1e-12)
-    assert not model.attn.keep_weights
+    assert not model.attn.hook_pattern.hooked
     assert np.allclose(cache.attention["attn"].numpy(), weights, atol=1e-12)       # (B, H, L, S)
     assert np.allclose(cache.heads["attn"].numpy(), z, atol=1e-12)                 # (B, L, H, head_dim)
     with interpret.ablate_heads(model, {"attn": 1}):
@@ -311,17 +312,17 @@ def test_pytorchs_multihead_attention_is_recorded_ablated_and_patched(batch_firs
 
 def test_a_shared_attention_module_is_recorded_once_and_left_as_it_was():
     # PyTorch's named_modules lists a module reachable under two names once (remove_duplicate=True); record must
-    # leave keep_weights as it found it either way
+    # leave its hook_pattern unhooked either way
     attention = nn.MultiHeadAttention(8, 2)
     model = nn.Sequential(attention, attention)
     assert [name for name, _ in model.named_modules()] == ["", "0", "0.qkv", "0.out_proj"]
     with interpret.record(model) as cache:
         model(ta.randn(1, 3, 8))
-    assert not attention.keep_weights and list(cache.attention) == ["0"]
+    assert not attention.hook_pattern.hooked and list(cache.attention) == ["0"]
     with interpret.record(model, names=["0", "1"]) as cache:                     # both names, asked for
-        assert attention.keep_weights
+        assert len(attention.hook_pattern._forward_hooks) == 2
         model(ta.randn(1, 3, 8))
-    assert not attention.keep_weights and set(cache.attention) == {"0", "1"}
+    assert not attention.hook_pattern.hooked and set(cache.attention) == {"0", "1"}
     with pytest.warns(UserWarning, match=r"record sees the weights and heads of MultiHeadAttention, "
                                          r"MultiheadAttention only; '0' \(WindowAttention\): output recorded"):
         with interpret.record(nn.Sequential(nn.WindowAttention(8, 2, 2))) as cache:

@@ -2,12 +2,15 @@
 NumPy computes there (on every attention path), an intervention at a point changes what the hand-written forward
 says it changes, and gradients kept at a point match finite differences."""
 import math
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import tinyattn as ta
 from tinyattn import interpret, models, nn
+from tinyattn.interpret import points as points_module
 
 ERF = np.vectorize(math.erf)
 
@@ -174,3 +177,73 @@ def test_a_row_with_every_key_masked_gives_zero_weights_in_the_open_as_on_the_fu
     assert np.array_equal(cache["hook_pattern"].numpy()[1], np.zeros((2, 4, 4)))
     opened.sum().backward()
     assert not np.isnan(x.grad.numpy()).any()
+
+
+# -- the points table (interpret.points.POINTS) and what is held to it ------------------------------------------------
+def kind(name):
+    return name.rsplit(".", 1)[-1]                                  # "blocks.0.attn.hook_q" -> "hook_q"
+
+
+FAMILIES = {                                                         # every model family, small; those without a point
+    "GPT": lambda: models.GPT(models.GPTConfig(vocab_size=11, block_size=16, n_layer=2, num_heads=4, d_model=16)),
+    "ViT": lambda: models.ViT(models.ViTConfig(image_size=8, patch_size=4, d_model=16, depth=2, num_heads=2)),
+    "Transformer": lambda: models.Transformer(models.TransformerConfig(src_vocab=7, tgt_vocab=7)),
+    "Captioner": lambda: models.Captioner(models.CaptionerConfig()),
+    "MobileFormer": lambda: models.MobileFormer(models.MobileFormerConfig()),
+    "Swin": lambda: models.Swin(models.SwinConfig()),
+    "MLPMixer": lambda: models.MLPMixer(models.MixerConfig()),
+    "LocalAttentionCNN": lambda: models.LocalAttentionCNN(models.LocalAttentionCNNConfig()),     # have none)
+    "SmallCNN": lambda: models.SmallCNN(models.CNNConfig()),
+    "Seq2SeqAttention": lambda: models.Seq2SeqAttention(models.Seq2SeqConfig(src_vocab=7, tgt_vocab=7)),
+    "PyTorch's nn.MultiheadAttention": lambda: nn.Sequential(nn.MultiheadAttention(8, 2)),
+}
+
+
+def test_the_points_table_is_a_gpts_points_with_their_shapes_and_names_every_kind_a_model_family_has():
+    model = gpt(num_kv_heads=2, mlp_hidden=24)                     # kv_heads, hidden and D all differ
+    expected = {name.format(l=layer) for name, _, _ in interpret.POINTS for layer in range(2)}
+    assert set(interpret.point_names(model)) == expected
+    with ta.no_grad(), interpret.record(model, interpret.point_names(model)) as cache:
+        model(ids(batch=3, length=7))
+    sizes = dict(B=3, T=7, S=7, D=16, heads=4, kv_heads=2, head_dim=4, hidden=24)
+    for name, shape, _ in interpret.POINTS:
+        size = tuple(int(d) if d.isdigit() else sizes[d] for d in shape.strip("()").split(", "))
+        assert cache[name.format(l=1)].shape == size, name
+    kinds = {kind(name) for name, _, _ in interpret.POINTS}
+    for family, build in FAMILIES.items():
+        unknown = {kind(name) for name in interpret.point_names(build())} - kinds
+        assert not unknown, f"{family} has points the table does not name: {unknown}"
+
+
+def test_the_module_docstring_and_the_docs_give_the_points_table():
+    lines = points_module.__doc__.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split() == ["point", "shape", "what", "flows", "there"])
+    rows = [tuple(re.split(r"\s{2,}", line.strip())) for line in lines[start + 1:]]
+    assert rows[:rows.index(("",))] == list(interpret.POINTS)
+    page = (Path(__file__).parents[1] / "docs" / "interpret.md").read_text()
+    table = page[page.index("## Beside TransformerLens"):].split("\n\n")[2]           # the points' table
+    documented = {}
+    for row in table.splitlines()[2:]:
+        names, ours = row.split(" | ")[0:2]
+        if not ours.startswith("no point"):
+            for name in re.findall(r"`([^`]+)`", names):
+                documented[kind(name)] = ours[:ours.index(")") + 1]
+    assert documented == {kind(name): shape for name, shape, _ in interpret.POINTS}
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_pytorchs_multihead_attention_has_the_same_points_and_its_heads_results_add_up(batch_first):
+    ta.manual_seed(0)
+    attention = nn.MultiheadAttention(8, 2, batch_first=batch_first).double()
+    nn.init.normal_(attention.out_proj.bias)
+    assert attention.hook_point_names == nn.MultiHeadAttention(8, 2).hook_point_names
+    x = ta.randn(3, 5, 8, dtype=ta.float64)
+    out, averaged = attention(x, x, x)                            # need_weights=True (PyTorch's default) keeps them
+    with ta.no_grad(), interpret.record(attention, ["hook_result", "hook_pattern"]) as cache:
+        hooked, _ = attention(x, x, x)
+    assert np.allclose(hooked.numpy(), out.numpy(), atol=1e-12)
+    heads_sum = cache["hook_result"].sum(dim=2) + attention.out_proj.bias                     # (N, L, E)
+    assert cache["hook_result"].shape == (3 if batch_first else 5, 5 if batch_first else 3, 2, 8)
+    assert np.allclose(heads_sum.numpy(), (out if batch_first else out.transpose(0, 1)).numpy(), atol=1e-12)
+    assert np.array_equal(attention.last_weights.numpy(), cache["hook_pattern"].numpy())
+    assert np.allclose(attention.last_weights.mean(dim=1).numpy(), averaged.numpy(), atol=1e-12)

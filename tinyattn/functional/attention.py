@@ -2,12 +2,8 @@
 
 ReferenceScaledDotProductAttention is the math on one screen; lesson 03 derives its backward. The fast version is the
 same math arranged for speed: in place on its score matrix, its work cut into parts for the CPU threads.
-Inside `with keeping_weights() as kept:` both leave the weights they computed in kept.weights, for plots and
-interpret; attention_weights computes them in a pass of their own, where no such pass ran (flash attention).
+attention_weights computes the weights in a pass of their own, for plots.
 """
-import contextlib
-import threading
-
 from .. import cpu
 from ..backend import broadcast_shapes, xp_of
 from ..ops import require_float
@@ -17,33 +13,6 @@ from .attention_inputs import (additive_mask, attention_mask, check_attention_in
                                merge_heads, split_heads, ungroup_grad, with_row_and_key_axes)
 from .dropout import keep_mask
 from .softmax import softmax_array, softmax_in_place
-
-
-_this_thread = threading.local()        # .kept: the open keeping_weights() block's Kept, if any
-
-
-class Kept:
-    """What keeping_weights() yields: .weights, the (..., Hq, L, S) softmax weights (before dropout) of the last
-    scaled_dot_product_attention inside the block, as a Tensor; None if none ran there (or a Function of one's own,
-    F.use, ran instead, which keeps nothing)."""
-    weights = None
-
-
-@contextlib.contextmanager
-def keeping_weights(enabled=True):
-    """Inside the block (this thread), scaled_dot_product_attention keeps the weights its pass computes, instead of
-    a second pass recomputing them (the fast twin assembles them from its parts). enabled=False keeps none."""
-    outer, _this_thread.kept = getattr(_this_thread, "kept", None), Kept() if enabled else None
-    try:
-        yield _this_thread.kept or Kept()
-    finally:
-        _this_thread.kept = outer
-
-
-def _keep(weights, groups):
-    kept = getattr(_this_thread, "kept", None)
-    if kept is not None:
-        kept.weights = Tensor(merge_heads(weights, groups))
 
 
 def _probabilities(q, k, mask, scale):
@@ -66,7 +35,6 @@ class ReferenceScaledDotProductAttention(Function):
     def forward(ctx, q, k, v, mask, scale, dropout_p, enable_gqa):
         q, k, v, mask, groups = group_heads(q, k, v, mask, enable_gqa)
         p = _probabilities(q, k, mask, scale)
-        _keep(p, groups)
         keep = keep_mask(p.shape, dropout_p, q).astype(q.dtype) * (1.0 / (1.0 - dropout_p)) if dropout_p else 1.0
         ctx.save_for_backward(q, k, v, p, keep)
         ctx.scale, ctx.groups = scale, groups
@@ -115,11 +83,6 @@ class FastScaledDotProductAttention(Function):
             return p
         ctx.parts = cpu.attention_parts(batch, n_rows, n_keys, q, mask)
         probs = cpu.for_each_part(attend, ctx.parts)
-        if getattr(_this_thread, "kept", None) is not None:         # the parts' weights in one array (0 where a
-            weights = xp.zeros(batch + (n_rows, n_keys), dtype=q.dtype)   # part left keys out: all masked there)
-            for part, p in zip(ctx.parts, probs):
-                part.scores(weights)[...] = p
-            _keep(weights, groups)
         ctx.save_for_backward(q, k, v, keep, out, *probs)
         ctx.scale, ctx.dropout_p, ctx.groups = scale, dropout_p, groups
         return merge_heads(out, groups)

@@ -10,11 +10,11 @@ from .head_scores import duplicate_token_score, induction_score, previous_token_
 from .interventions import ablate_heads, patch_heads
 from .lens import Decomposition, apply_final_ln, decompose_residual, direct_logit_attribution, logit_lens
 from .patching import patching_sweep
-from .points import intervene, point_names, replace_at
+from .points import POINTS, intervene, point_names, replace_at
 from .recording import Recording, record
 from .rollout import attention_rollout
 
-__all__ = ["Decomposition", "FactoredMatrix", "Recording", "ablate_heads", "apply_final_ln", "attention_rollout",
+__all__ = ["POINTS", "Decomposition", "FactoredMatrix", "Recording", "ablate_heads", "apply_final_ln", "attention_rollout",
            "composition_score", "composition_scores", "copying_score", "decompose_residual",
            "direct_logit_attribution", "duplicate_token_score", "head_weights", "induction_score", "intervene",
            "logit_lens", "ov_circuit", "patch_heads", "patching_sweep", "point_names", "previous_token_score",

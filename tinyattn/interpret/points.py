@@ -2,26 +2,32 @@
 
 The points (nn.HookPoint, identity modules that are not children: state_dict and named_modules are unchanged):
 
-    point                                  shape                 what flows there
-    hook_embed                             (B, T, D)             GPT's token embeddings, before positions
-    blocks.{l}.hook_resid_pre              (B, T, D)             the residual stream entering block l
-    blocks.{l}.ln1.hook_scale              (B, T, 1)             a LayerNorm's sqrt(variance + eps) (ln2 too)
-    blocks.{l}.attn.hook_q / hook_k / hook_v   (B, heads, T, dh) per head, after the rotary embedding
-    blocks.{l}.attn.hook_attn_scores       (B, H, T, S)          scaled and masked (-inf), before the softmax
-    blocks.{l}.attn.hook_pattern           (B, H, T, S)          the attention weights
-    blocks.{l}.attn.hook_z                 (B, T, H, dh)         each head's output, before out_proj
-    blocks.{l}.attn.hook_result            (B, T, H, D)          each head's output through out_proj (no bias)
-    blocks.{l}.hook_attn_out               (B, T, D)             attention's output (the results + out_proj's bias)
-    blocks.{l}.hook_resid_mid              (B, T, D)             the residual stream after attention
-    blocks.{l}.mlp.hook_pre / hook_post    (B, T, hidden)        the MLP's hidden layer before / after activation
-    blocks.{l}.hook_mlp_out                (B, T, D)             the MLP's output
-    blocks.{l}.hook_resid_post             (B, T, D)             the residual stream leaving block l
-    ln_f.hook_scale                        (B, T, 1)             the final LayerNorm's scale
+    point                                  shape                       what flows there
+    hook_embed                             (B, T, D)                   GPT's token embeddings, before positions
+    blocks.{l}.hook_resid_pre              (B, T, D)                   the residual stream entering block l
+    blocks.{l}.ln1.hook_scale              (B, T, 1)                   a LayerNorm's sqrt(variance + eps)
+    blocks.{l}.attn.hook_q                 (B, heads, T, head_dim)     each head's queries, after the rotary embedding
+    blocks.{l}.attn.hook_k                 (B, kv_heads, T, head_dim)  each key head's keys, after it
+    blocks.{l}.attn.hook_v                 (B, kv_heads, T, head_dim)  each value head's values
+    blocks.{l}.attn.hook_attn_scores       (B, heads, T, S)            scaled and masked (-inf), before the softmax
+    blocks.{l}.attn.hook_pattern           (B, heads, T, S)            the attention weights
+    blocks.{l}.attn.hook_z                 (B, T, heads, head_dim)     each head's output, before out_proj
+    blocks.{l}.attn.hook_result            (B, T, heads, D)            each head's output through out_proj (no bias)
+    blocks.{l}.hook_attn_out               (B, T, D)                   attention's output (results + out_proj's bias)
+    blocks.{l}.hook_resid_mid              (B, T, D)                   the residual stream after attention
+    blocks.{l}.ln2.hook_scale              (B, T, 1)                   the second LayerNorm's sqrt(variance + eps)
+    blocks.{l}.mlp.hook_pre                (B, T, hidden)              the MLP's hidden layer before its activation
+    blocks.{l}.mlp.hook_post               (B, T, hidden)              the MLP's hidden layer after its activation
+    blocks.{l}.hook_mlp_out                (B, T, D)                   the MLP's output
+    blocks.{l}.hook_resid_post             (B, T, D)                   the residual stream leaving block l
+    ln_f.hook_scale                        (B, T, 1)                   the final LayerNorm's scale
+
+POINTS holds this table as data (tests hold this docstring, docs/interpret.md and every model family's points to it).
 
 ViT's blocks have the same points (from hook_resid_pre on; its final norm is `norm`). TransformerLens's names are
 accepted too where they differ only in a module's name (ln_final -> ln_f). The scores, the pattern (on the flash
-path), the results and a LayerNorm's scale are formed only while their point is hooked; the others cost one identity
-call each.
+path), the results and a LayerNorm's scale are formed only while their point is hooked (need_weights=True hooks the
+pattern for its call: attention's weights leave by this point only); the others cost one identity call each.
 
     with intervene(model, {"blocks.0.attn.hook_pattern": lambda p: p * 0.5}):
         logits = model(ids)
@@ -34,6 +40,28 @@ import difflib
 import numbers
 
 from .. import backend, nn, ops
+
+# (point, shape, what flows there) of a GPT: the table of the module docstring; {l} is a block's index
+POINTS = (
+    ("hook_embed", "(B, T, D)", "GPT's token embeddings, before positions"),
+    ("blocks.{l}.hook_resid_pre", "(B, T, D)", "the residual stream entering block l"),
+    ("blocks.{l}.ln1.hook_scale", "(B, T, 1)", "a LayerNorm's sqrt(variance + eps)"),
+    ("blocks.{l}.attn.hook_q", "(B, heads, T, head_dim)", "each head's queries, after the rotary embedding"),
+    ("blocks.{l}.attn.hook_k", "(B, kv_heads, T, head_dim)", "each key head's keys, after it"),
+    ("blocks.{l}.attn.hook_v", "(B, kv_heads, T, head_dim)", "each value head's values"),
+    ("blocks.{l}.attn.hook_attn_scores", "(B, heads, T, S)", "scaled and masked (-inf), before the softmax"),
+    ("blocks.{l}.attn.hook_pattern", "(B, heads, T, S)", "the attention weights"),
+    ("blocks.{l}.attn.hook_z", "(B, T, heads, head_dim)", "each head's output, before out_proj"),
+    ("blocks.{l}.attn.hook_result", "(B, T, heads, D)", "each head's output through out_proj (no bias)"),
+    ("blocks.{l}.hook_attn_out", "(B, T, D)", "attention's output (results + out_proj's bias)"),
+    ("blocks.{l}.hook_resid_mid", "(B, T, D)", "the residual stream after attention"),
+    ("blocks.{l}.ln2.hook_scale", "(B, T, 1)", "the second LayerNorm's sqrt(variance + eps)"),
+    ("blocks.{l}.mlp.hook_pre", "(B, T, hidden)", "the MLP's hidden layer before its activation"),
+    ("blocks.{l}.mlp.hook_post", "(B, T, hidden)", "the MLP's hidden layer after its activation"),
+    ("blocks.{l}.hook_mlp_out", "(B, T, D)", "the MLP's output"),
+    ("blocks.{l}.hook_resid_post", "(B, T, D)", "the residual stream leaving block l"),
+    ("ln_f.hook_scale", "(B, T, 1)", "the final LayerNorm's scale"),
+)
 
 # TransformerLens's names for modules tinyattn names otherwise (the points' own names are the same)
 ALIASES = {"ln_final": "ln_f"}

@@ -66,8 +66,8 @@ def _kept(output, keep_graph):
     return output
 
 
-# the attention modules whose weights and heads tools can see: each keeps its weights in last_weights when its
-# keep_weights is set, and passes its heads' outputs (B, L, H, head_dim) through its point hook_z
+# the attention modules whose weights and heads tools can see: each passes its weights (B, H, L, S) through its point
+# hook_pattern and its heads' outputs (B, L, H, head_dim) through its point hook_z
 ATTENTION = (nn.MultiHeadAttention, nn.MultiheadAttention)
 
 
@@ -82,8 +82,9 @@ def unseen_attention(modules):
 def record(model, names=None, keep_graph=False):
     """Record one or more forwards of model inside the block: every module's output, and every attention module's
     weights and per-head outputs (see Recording); names: only these modules (their dotted names, as named_modules()
-    gives them) or activation points (points.py). The attention modules keep their weights for the block's length
-    even where the model does not ask for them; afterwards the hooks are gone and keep_weights is as it was. Warns
+    gives them) or activation points (points.py). The attention modules' weights are recorded at their hook_pattern,
+    also where the model does not ask for them (the module then forms them in the open); afterwards the hooks are
+    gone. Warns
     naming the modules that attend in a way it cannot see inside (their outputs are recorded, their weights and heads
     not). keep_graph=True: the values stay in the graph and keep their gradients (see the module docstring)."""
     if isinstance(names, str):
@@ -96,30 +97,20 @@ def record(model, names=None, keep_graph=False):
                       f"{' and more' if len(unseen) > 5 else ''}: output recorded, weights and heads not",
                       stacklevel=3)
     cache = Recording()
-    handles, switched = [], []
+    handles = []
 
-    def keep_output(name):
+    def keep_in(kept, name, graph):
         def hook(module, args, output):
-            cache.outputs[name] = _kept(output, keep_graph)
-            if isinstance(module, ATTENTION):
-                cache.attention[name] = module.last_weights.detach()
-        return hook
-
-    def keep_heads(name):
-        def hook(module, args, z):
-            cache.heads[name] = _kept(z, keep_graph)
+            kept[name] = _kept(output, graph)
         return hook
 
     try:
         for name, module in modules.items():
-            handles.append(module.register_forward_hook(keep_output(name)))
+            handles.append(module.register_forward_hook(keep_in(cache.outputs, name, keep_graph)))
             if isinstance(module, ATTENTION):
-                switched.append((module, module.keep_weights))
-                module.keep_weights = True
-                handles.append(module.hook_z.register_forward_hook(keep_heads(name)))
+                handles.append(module.hook_pattern.register_forward_hook(keep_in(cache.attention, name, False)))
+                handles.append(module.hook_z.register_forward_hook(keep_in(cache.heads, name, keep_graph)))
         yield cache
     finally:
         for handle in handles:
             handle.remove()
-        for module, keep in reversed(switched):        # a module switched twice ends as it was before the first
-            module.keep_weights = keep

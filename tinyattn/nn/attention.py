@@ -11,7 +11,7 @@ Mask conventions, in one place:
 import contextlib
 import math
 
-from .. import backend, ops
+from .. import backend, cpu, ops
 from .. import functional as F
 from ..creation import zeros
 from ..tensor import Tensor, as_array
@@ -96,23 +96,52 @@ def check_impl(impl):
     return impl
 
 
-class MultiHeadAttention(Module):
-    """Multi-head attention (Vaswani et al. 2017) with grouped-query (num_kv_heads < num_heads) and multi-query
-    (num_kv_heads = 1) variants.
-
-    Self-attention projects q, k and v with one fused Linear (qkv); cross=True projects queries from x and keys and
-    values from a context of size kv_dim. impl="flash" runs F.flash_attention (no attention dropout);
-    impl="reference" runs the reference twin of F.scaled_dot_product_attention. With need_weights=True the module
-    keeps the last (B, H, L, S) weights in .last_weights, for plots; keep_weights=True (an attribute) keeps them on
-    every forward, asked for or not (for tools that look inside models which do not pass need_weights down).
+class AttentionWithPoints(Module):
+    """What the attention modules that tools can see inside share (this file's MultiHeadAttention and PyTorch's
+    nn.MultiheadAttention): their activation points, last_weights, and out_proj taken head by head.
 
     Activation points (nn.HookPoint, for tinyattn.interpret): hook_q, hook_k, hook_v (B, heads, T, head_dim), after
     the rotary embedding, k and v before a KV cache joins them; hook_attn_scores (B, H, L, S), scaled and masked
     (-inf), before the softmax; hook_pattern (B, H, L, S), the softmax weights; hook_z (B, L, H, head_dim), each
     head's output before out_proj; hook_result (B, L, H, d_model), each head's output through its slice of out_proj
-    (the heads' results plus out_proj's bias sum to the module's output). While the scores or the pattern are hooked
-    the module forms them in the open (any impl, flash too), so what a hook changes is what the heads read; the
-    results are formed only while hooked.
+    (the heads' results plus out_proj's bias sum to the module's output), formed only while hooked.
+
+    The weights leave by hook_pattern only: need_weights=True hooks it for that call (hook_pattern.keeping), and
+    last_weights is what it kept there.
+    """
+    POINTS = ("q", "k", "v", "attn_scores", "pattern", "z", "result")
+
+    def __init__(self):
+        super().__init__()
+        add_points(self, *self.POINTS)
+
+    @property
+    def last_weights(self):
+        """The (B, H, L, S) weights, before dropout, that hook_pattern passed in the last forward that asked for them
+        (need_weights=True); None before any."""
+        return self.hook_pattern.kept
+
+    def _out_proj_by_head(self, z):
+        """out_proj(z) for the heads' outputs z (B, L, H, head_dim); while hook_result is hooked, head by head."""
+        b, length, heads, head_dim = z.shape
+        if not self.hook_result.hooked:
+            return self.out_proj(z.reshape(b, length, heads * head_dim))
+        # out_proj is linear: head h's share is its z through out_proj's columns for head h (bias added once)
+        w = self.out_proj.weight.reshape(-1, heads, head_dim).permute(1, 2, 0)
+        result = self.hook_result((z.unsqueeze(-2) @ w).squeeze(-2))          # (B, L, H, d_model)
+        out = result.sum(dim=2)
+        return out if self.out_proj.bias is None else out + self.out_proj.bias
+
+
+class MultiHeadAttention(AttentionWithPoints):
+    """Multi-head attention (Vaswani et al. 2017) with grouped-query (num_kv_heads < num_heads) and multi-query
+    (num_kv_heads = 1) variants.
+
+    Self-attention projects q, k and v with one fused Linear (qkv); cross=True projects queries from x and keys and
+    values from a context of size kv_dim. impl="flash" runs F.flash_attention (no attention dropout);
+    impl="reference" runs the reference twin of F.scaled_dot_product_attention. Its activation points and
+    last_weights: AttentionWithPoints. While the scores or the pattern are hooked (need_weights=True hooks the
+    pattern) the module forms them in the open, whatever its impl, so what a hook changes is what the heads read.
     """
 
     def __init__(self, d_model, num_heads, num_kv_heads=None, bias=True, dropout=0.0, impl="naive", cross=False,
@@ -136,9 +165,6 @@ class MultiHeadAttention(Module):
             self.qkv = Linear(d_model, d_model + kv_width, bias)
         self.out_proj = Linear(d_model, d_model, bias)
         self.rotary = rotary
-        self.last_weights = None
-        self.keep_weights = False
-        add_points(self, "q", "k", "v", "attn_scores", "pattern", "z", "result")
 
     def _heads(self, x, heads):
         b, t, _ = x.shape
@@ -184,30 +210,19 @@ class MultiHeadAttention(Module):
         folded = is_causal and (key_len != length or key_padding_mask is not None or attn_mask is not None)
         mask = combine_masks(b, length, key_len, folded and length > 1, key_padding_mask, attn_mask, xp)
         is_causal = is_causal and not folded
-        gqa, keep, weights = self.num_kv_heads != self.num_heads, need_weights or self.keep_weights, None
-        if self.hook_attn_scores.hooked or self.hook_pattern.hooked:
-            out, weights = self._attention_in_the_open(q, k, v, mask, is_causal)
-        elif self.impl == "flash":
-            out = F.flash_attention(q, k, v, attn_mask=mask, is_causal=is_causal, enable_gqa=gqa)
-        else:
-            with F.reference() if self.impl == "reference" else contextlib.nullcontext(), \
-                    F.keeping_weights(keep) as kept:
-                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
-                                                     dropout_p=self.dropout if self.training else 0.0, enable_gqa=gqa)
-            weights = kept.weights
-        if keep:
-            # Flash attention never forms the weights (that is its point), nor does a Function of one's own (F.use)
-            # keep them: then a pass of their own computes them.
-            self.last_weights = weights.detach() if weights is not None else F.attention_weights(
-                q, k, attn_mask=mask, is_causal=is_causal, enable_gqa=gqa)
-        z = self.hook_z(out.transpose(1, 2))                                  # (B, L, H, head_dim)
-        if not self.hook_result.hooked:
-            return self.out_proj(z.reshape(b, length, self.d_model))
-        # out_proj is linear: head h's share is its z through out_proj's columns for head h (bias added once)
-        w = self.out_proj.weight.reshape(self.d_model, self.num_heads, self.head_dim).permute(1, 2, 0)
-        result = self.hook_result((z.unsqueeze(-2) @ w).squeeze(-2))          # (B, L, H, d_model)
-        out = result.sum(dim=2)
-        return out if self.out_proj.bias is None else out + self.out_proj.bias
+        gqa = self.num_kv_heads != self.num_heads
+        with self.hook_pattern.keeping(need_weights):
+            if self.hook_attn_scores.hooked or self.hook_pattern.hooked:
+                with cpu.blas_held():          # as the fused paths: one BLAS thread (its others wait on busy cores)
+                    out = self._attention_in_the_open(q, k, v, mask, is_causal)
+            elif self.impl == "flash":
+                out = F.flash_attention(q, k, v, attn_mask=mask, is_causal=is_causal, enable_gqa=gqa)
+            else:
+                with F.reference() if self.impl == "reference" else contextlib.nullcontext():
+                    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
+                                                         dropout_p=self.dropout if self.training else 0.0,
+                                                         enable_gqa=gqa)
+        return self._out_proj_by_head(self.hook_z(out.transpose(1, 2)))          # z: (B, L, H, head_dim)
 
     def _batch_flattened(self, x, context, is_causal, key_padding_mask, attn_mask, need_weights, cache,
                          position_ids):
@@ -240,12 +255,12 @@ class MultiHeadAttention(Module):
         out = self.forward(flat("x", x, 2), flat("context", context, 2), is_causal,
                            flat("key_padding_mask", key_padding_mask, 1), attn_mask, need_weights, cache,
                            position_ids)
-        if self.last_weights is not None and (need_weights or self.keep_weights):
-            self.last_weights = self.last_weights.reshape(lead + tuple(self.last_weights.shape[1:]))
+        if need_weights:                                          # the weights kept, with x's leading dims
+            self.hook_pattern.kept = self.last_weights.reshape(lead + tuple(self.last_weights.shape[1:]))
         return out.reshape(lead + (length, self.d_model))
 
     def _attention_in_the_open(self, q, k, v, mask, is_causal):
-        """Scaled dot-product attention written out through hook_attn_scores and hook_pattern: (out, pattern)."""
+        """Scaled dot-product attention written out through hook_attn_scores and hook_pattern."""
         groups = self.num_heads // self.num_kv_heads
         if groups > 1:
             k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
@@ -256,8 +271,7 @@ class MultiHeadAttention(Module):
             scores = ops.masked_fill(scores, ~mask.array, float("-inf")) if mask.dtype == bool else scores + mask
         scores = self.hook_attn_scores(scores)
         pattern = self.hook_pattern(F.softmax(scores, dim=-1))     # a row with every key masked gives 0, not NaN
-        out = F.dropout(pattern, self.dropout, self.training) @ v
-        return out, pattern
+        return F.dropout(pattern, self.dropout, self.training) @ v
 
     def kv_cache_bytes_per_token(self, dtype_bytes=4):
         """Bytes a KV cache holds per token for this layer: keys and values for num_kv_heads heads."""

@@ -6,6 +6,8 @@ as self.hook_q, ..., but kept outside the module's children, so named_modules(),
 as they were and a plain forward pays one identity call per point. A value that costs work to form (a head's result,
 the attention scores on the flash path, a LayerNorm's scale) is formed only where its point is hooked.
 """
+import contextlib
+
 from .module import Module
 
 # a Transformer block's points: the residual stream before it, after attention and after the MLP, and what attention
@@ -16,6 +18,8 @@ RESIDUAL_POINTS = ("resid_pre", "attn_out", "resid_mid", "mlp_out", "resid_post"
 class HookPoint(Module):
     """The identity, at a named place; interpret puts forward hooks on it to record or replace the value."""
 
+    kept = None
+
     def forward(self, x):
         return x
 
@@ -23,6 +27,20 @@ class HookPoint(Module):
     def hooked(self):
         """True while a hook is on this point: then the module forms the value if it costs work to form."""
         return bool(self._forward_hooks or self._forward_pre_hooks)
+
+    @contextlib.contextmanager
+    def keeping(self, enabled=True):
+        """While the block is open (and enabled), a hook on this point keeps each value that passes it, detached, in
+        self.kept, which stays after the block (None until a value is kept). Being a hook, it makes the module form
+        the value as any hook does; hooks put on before it may have changed the value: it keeps what flows on."""
+        if not enabled:
+            yield
+            return
+        handle = self.register_forward_hook(lambda point, args, value: setattr(point, "kept", value.detach()))
+        try:
+            yield
+        finally:
+            handle.remove()
 
 
 def add_points(module, *names):

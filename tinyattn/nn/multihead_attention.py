@@ -7,9 +7,8 @@ attention is NOT allowed, key_padding_mask is True at padding, inputs are (L, N,
 forward returns (output, weights) with the weights averaged over heads unless average_attn_weights=False.
 is_causal is a hint that attn_mask is the causal mask; as in PyTorch, without a key_padding_mask and with
 need_weights=False the causal mask (top-left) is the one applied, whatever attn_mask holds.
-keep_weights=True (an attribute, as nn.MultiHeadAttention's) keeps each forward's (N, H, L, S) weights, before
-dropout, in .last_weights, asked for or not: tinyattn.interpret records them. Its activation points are
-nn.MultiHeadAttention's (hook_q, hook_k, hook_v, hook_attn_scores, hook_pattern, hook_z) but hook_result.
+Its activation points and last_weights are nn.MultiHeadAttention's (attention.AttentionWithPoints): need_weights=True
+keeps the (N, H, L, S) weights, before dropout, that hook_pattern passes, in .last_weights.
 """
 import math
 
@@ -17,12 +16,11 @@ from .. import functional as F
 from ..backend import xp_of
 from ..tensor import Tensor, as_array
 from . import init
-from .hook_point import add_points
+from .attention import AttentionWithPoints
 from .layers import Linear, _parameter
-from .module import Module
 
 
-class MultiheadAttention(Module):
+class MultiheadAttention(AttentionWithPoints):
     def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False, add_zero_attn=False,
                  kdim=None, vdim=None, batch_first=False):
         super().__init__()
@@ -43,8 +41,6 @@ class MultiheadAttention(Module):
         self.out_proj = Linear(embed_dim, embed_dim, bias)
         if bias:
             init.zeros_(self.out_proj.bias)
-        self.last_weights, self.keep_weights = None, False
-        add_points(self, "q", "k", "v", "attn_scores", "pattern", "z")
 
     def _projections(self, query, key, value):
         e = self.embed_dim
@@ -72,15 +68,12 @@ class MultiheadAttention(Module):
             attn_mask = Tensor(~allowed)                                         # True: may NOT attend
         scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim)) + self._bias(
             attn_mask, key_padding_mask, batch, length, k.shape[2], q)
-        probabilities = self.hook_pattern(F.softmax(self.hook_attn_scores(scores), dim=-1))
-        if self.keep_weights:
-            self.last_weights = probabilities.detach()
+        with self.hook_pattern.keeping(need_weights):
+            probabilities = self.hook_pattern(F.softmax(self.hook_attn_scores(scores), dim=-1))
         weights = F.dropout(probabilities, self.dropout, self.training)
-        z = self.hook_z((weights @ v).transpose(1, 2))                          # (N, L, H, E/H)
-        out = z.transpose(0, 1).reshape(length, batch, self.embed_dim)
-        out = self.out_proj(out)
-        if self.batch_first and not unbatched:
-            out = out.transpose(0, 1)
+        out = self._out_proj_by_head(self.hook_z((weights @ v).transpose(1, 2)))     # z: (N, L, H, E/H)
+        if not self.batch_first or unbatched:
+            out = out.transpose(0, 1)                                            # (L, N, E)
         if unbatched:
             out, weights = out.squeeze(1), weights.squeeze(0)
         if not need_weights:
