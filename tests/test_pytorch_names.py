@@ -362,7 +362,9 @@ NANOGPT = [
     "torch.nn.functional.cross_entropy", "torch.nn.functional.layer_norm",
     "torch.nn.functional.scaled_dot_product_attention", "torch.nn.functional.softmax", "torch.nn.init.normal_",
     "torch.nn.init.zeros_", "torch.nn.utils.clip_grad_norm_", "torch.no_grad", "torch.ones", "torch.optim.AdamW",
-    "torch.randint", "torch.save", "torch.stack", "torch.topk", "torch.tril", "torch.zeros"]
+    "torch.randint", "torch.save", "torch.stack", "torch.topk", "torch.tril", "torch.zeros",
+    "torch.distributed.init_process_group", "torch.distributed.destroy_process_group",
+    "torch.nn.parallel.DistributedDataParallel"]                           # its DDP path (issue 60)
 D2L_ATTENTION = [
     "torch.arange", "torch.bmm", "torch.cat", "torch.cos", "torch.float32", "torch.long", "torch.max",
     "torch.nn.Dropout", "torch.nn.Embedding", "torch.nn.GELU", "torch.nn.GRU", "torch.nn.LayerNorm",
@@ -396,9 +398,7 @@ TENSOR_METHODS = [
 # What those sources use that tinyattn leaves out on purpose, each listed in docs/porting.md with the reason.
 ABSENT = {
     "torch.amp.autocast": "no automatic mixed precision", "torch.bfloat16": "NumPy has no bfloat16",
-    "torch.distributed.init_process_group": "one process on one device",
-    "torch.distributed.destroy_process_group": "one process on one device",
-    "torch.multiprocessing": "runs in one process", "torch.nn.parallel.DistributedDataParallel": None,
+    "torch.multiprocessing": "runs in one process",
     "torch.utils.data.distributed.DistributedSampler": None, "torch.nn.LazyBatchNorm1d": None}
 
 

@@ -12,7 +12,7 @@ from .loss import BCEWithLogitsLoss, CrossEntropyLoss, KLDivLoss, MSELoss, NLLLo
 from .module import Module, ModuleDict, ModuleList, Parameter, Sequential
 from .multihead_attention import MultiheadAttention
 from .rnn import GRU, GRUCell, LSTM, LSTMCell, RNN, RNNCell
-from . import utils
+from . import parallel, utils
 from .attention import AdditiveAttention, KVCache, MultiHeadAttention, SelfAttention2d
 from .window_attention import WindowAttention, shifted_window_mask, window_partition, window_reverse
 from .position import (LearnedPositionalEmbedding, RelativePositionBias, RotaryEmbedding,
