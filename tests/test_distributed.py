@@ -1,6 +1,7 @@
 """tinyattn.distributed: a world of 1 in this process, and 2 or 3 ranks started by mpiexec (or the launcher) as
 subprocesses, each with a timeout so that a hang fails a test. The ranks run tests/distributed_ranks.py, which
 asserts on every rank; tests/ported_ddp_train.py is nanoGPT's DDP path, compared with one process."""
+import json
 import os
 import re
 import subprocess
@@ -115,3 +116,14 @@ def test_the_launcher_runs_mpiexec_on_the_bootstrap():
     assert line[1:] == ["-n", "3", "-bind-to", "core", sys.executable, "-m", "tinyattn.distributed.bootstrap",
                         "train.py", "--lr", "1"] and os.access(line[0], os.X_OK)
     assert run.command(run.parse(["-m", "pkg.train"]))[-2:] == ["-m", "pkg.train"]
+
+
+def test_bench_ddp_times_two_ranks_against_one_process_on_a_ranks_share():
+    done = subprocess.run([sys.executable, "-m", "tinyattn.bench", "ddp", "--layers", "1", "--d-model", "16",
+                           "--seq", "8", "--batch", "2", "--steps", "2", "--warmup", "0", "--bucket-cap-mb", "0.01"],
+                          capture_output=True, text=True, timeout=TIMEOUT, env={**os.environ,
+                                                                                "PYTHONPATH": str(HERE.parent)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result["nproc"] == 2 and result["buckets"] >= 2 and result["allreduce_alone_s"] > 0
+    assert result["ddp_overhead_ratio"] == result["ranks_median_s"] / result["one_process_median_s"]

@@ -121,9 +121,17 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     """tensor on every rank becomes the reduction (op) of every rank's."""
     group = group_or_default(group)
     _check_same(group, "all_reduce", op=op, tensor=tensor)
+    work = start_all_reduce_unchecked(tensor, op, group)
+    return work if async_op else work.wait() and None
+
+
+def start_all_reduce_unchecked(tensor, op, group):
+    """all_reduce's Work, started without first comparing the ranks' tensors: for a caller that compared them once
+    for all its calls (DistributedDataParallel, its buckets when wrapping), as the check would cost a round trip of
+    its own each time."""
     buffer = _Buffer(tensor)
     request = group.comm.Iallreduce(_mpi().IN_PLACE, buffer.array, op=_mpi_op(op, tensor.dtype))
-    return _finished(request, async_op, _averaged(buffer, op, group))
+    return Work(request, _averaged(buffer, op, group))
 
 
 def _averaged(buffer, op, group):

@@ -16,6 +16,8 @@ import contextlib
 import numpy
 
 from ... import backend, distributed as dist
+from ...distributed.collectives import start_all_reduce_unchecked
+from ...distributed.process_group import group_or_default
 from ...tensor import Tensor, is_grad_enabled
 from ..module import Module
 
@@ -57,9 +59,10 @@ class DistributedDataParallel(Module):
         self.broadcast_buffers = broadcast_buffers
         self.find_unused_parameters = find_unused_parameters
         self.require_backward_grad_sync = True
-        self._check_same_module_on_every_rank()
+        self._group = group_or_default(process_group)
+        self._check_same_module_on_every_rank(bucket_cap_mb)
         for tensor in [*module.parameters(), *module.buffers()]:
-            dist.broadcast(tensor, src=self._rank_zero(), group=process_group)
+            dist.broadcast(tensor, src=self._group.ranks[0], group=process_group)
         self._names = {id(p): name for name, p in module.named_parameters()}
         self._params = [p for p in module.parameters() if p.requires_grad]
         self._buckets, self._bucket_of = self._fill_buckets(bucket_cap_mb * 1024 * 1024)
@@ -67,15 +70,14 @@ class DistributedDataParallel(Module):
         self._syncing = False           # this backward averages (require_backward_grad_sync at forward time)
         self._reset()
 
-    def _rank_zero(self):
-        return 0 if self.process_group is None else self.process_group.ranks[0]
-
-    def _check_same_module_on_every_rank(self):
-        """Wrapping refuses ranks whose parameters or buffers differ in name, shape or dtype, naming the first."""
-        mine = [(kind, name, tuple(t.shape), str(t.dtype)) for kind, named in
-                (("parameter", self.module.named_parameters()), ("buffer", self.module.named_buffers()))
-                for name, t in named]
-        group = dist.process_group.group_or_default(self.process_group)
+    def _check_same_module_on_every_rank(self, bucket_cap_mb):
+        """Wrapping refuses ranks whose parameters or buffers differ in name, shape or dtype, naming the first, or
+        whose buckets would differ: the buckets' all-reduces then need no check of their own."""
+        mine = [("argument", "bucket_cap_mb", bucket_cap_mb, None)] + \
+            [(kind, name, tuple(t.shape), str(t.dtype)) for kind, named in
+             (("parameter", self.module.named_parameters()), ("buffer", self.module.named_buffers()))
+             for name, t in named]
+        group = self._group
         every = group.comm.allgather(mine)
         for rank, theirs in zip(group.ranks, every):
             for ours, other in zip(every[0], theirs):
@@ -120,7 +122,7 @@ class DistributedDataParallel(Module):
         self._reset()
         if self.broadcast_buffers and self._syncing:     # rank 0's buffers, as PyTorch's (not under no_grad)
             for buffer in self.module.buffers():
-                dist.broadcast(buffer, src=self._rank_zero(), group=self.process_group)
+                dist.broadcast(buffer, src=self._group.ranks[0], group=self.process_group)
         output = self.module(*args, **kwargs)
         if self._syncing and self.find_unused_parameters:
             used = _parameters_reached(output)
@@ -164,8 +166,8 @@ class DistributedDataParallel(Module):
         bucket.waiting -= 1
         while len(self._started) < len(self._buckets) and self._buckets[len(self._started)].waiting == 0:
             bucket = self._buckets[len(self._started)]
-            self._started.append((bucket, dist.all_reduce(Tensor(bucket.flat), op=dist.ReduceOp.AVG,
-                                                          group=self.process_group, async_op=True)))
+            self._started.append((bucket, start_all_reduce_unchecked(Tensor(bucket.flat), dist.ReduceOp.AVG,
+                                                                     self._group)))
         for _, work in self._started:   # drives MPI's progress; one unfinished request is enough
             if not work.is_completed():
                 break
@@ -194,7 +196,7 @@ class DistributedDataParallel(Module):
 
 def _say(entry):
     kind, name, shape, dtype = entry
-    return f"{kind} {name!r} of shape {shape} and dtype {dtype}"
+    return f"{name}={shape}" if kind == "argument" else f"{kind} {name!r} of shape {shape} and dtype {dtype}"
 
 
 def _parameters_reached(output):
