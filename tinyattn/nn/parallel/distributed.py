@@ -44,8 +44,10 @@ class _Bucket:
 
 
 class DistributedDataParallel(Module):
-    """torch.nn.parallel.DistributedDataParallel's arguments; device_ids and output_device are accepted (nanoGPT
-    passes device_ids=[local_rank]) and change nothing: the module stays on the device it is on."""
+    """torch.nn.parallel.DistributedDataParallel's arguments. device_ids and output_device are accepted (nanoGPT
+    passes device_ids=[local_rank]) and change nothing: the module stays on the device it is on; so do dim (inputs
+    are not split: each rank passes its own share), gradient_as_bucket_view (the buckets are host arrays of their
+    own) and static_graph."""
 
     def __init__(self, module, device_ids=None, output_device=None, dim=0, broadcast_buffers=True,
                  process_group=None, bucket_cap_mb=25, find_unused_parameters=False, gradient_as_bucket_view=False,
