@@ -12,6 +12,7 @@ whether it is done (Test), which is what progresses it: the communication hides 
 inside a long one (MPICH's own progress thread, MPIR_CVAR_ASYNC_PROGRESS=1, would take a core per rank).
 """
 import contextlib
+import time
 
 import numpy
 
@@ -70,6 +71,7 @@ class DistributedDataParallel(Module):
         self._buckets, self._bucket_of = self._fill_buckets(bucket_cap_mb * 1024 * 1024)
         self._hooks = [p.register_post_accumulate_grad_hook(self._grad_ready) for p in self._params]
         self._syncing = False           # this backward averages (require_backward_grad_sync at forward time)
+        self.last_wait_s = None         # how long the last averaging backward waited for its buckets at its end
         self._reset()
 
     def _check_same_module_on_every_rank(self, bucket_cap_mb):
@@ -183,8 +185,10 @@ class DistributedDataParallel(Module):
         if self.find_unused_parameters:
             used = Tensor(numpy.array([id(p) not in self._unused for p in self._params], dtype=numpy.int32))
             dist.all_reduce(used, op=dist.ReduceOp.MAX, group=self.process_group)
+        start = time.perf_counter()
         for bucket, work in self._started:
             work.wait()
+        self.last_wait_s = time.perf_counter() - start     # the communication backward did not hide (a measure)
         for i, p in enumerate(self._params):
             if used is not None and not used.array[i]:
                 continue
