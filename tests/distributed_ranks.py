@@ -1,5 +1,6 @@
 """What each rank runs for tests/test_distributed.py: `mpiexec -n N python tests/distributed_ranks.py CASE...`.
 Every check asserts on its rank; the last line a rank prints is `rank R ok CASE...` (the test reads it)."""
+import datetime
 import os
 import sys
 
@@ -68,7 +69,13 @@ def collectives(rank, world):
     out, into = ta.full((4,), float(rank)), ta.zeros(4)
     works = [dist.isend(out, dst=(rank + 1) % world), dist.irecv(into, src=(rank - 1) % world)]
     for w in works:
-        w.wait()
+        w.wait(timeout=datetime.timedelta(seconds=60))
+    never = dist.irecv(ta.zeros(1), src=(rank - 1) % world, tag=99)       # nobody sends with this tag
+    raises(RuntimeError, ["not done after 0.01 s"], lambda: never.wait(timeout=0.01))
+    assert not never.is_completed()
+    dist.barrier()
+    dist.send(ta.ones(1), dst=(rank + 1) % world, tag=99)                 # now someone does
+    assert never.wait() is True
     assert into.tolist() == [float((rank - 1) % world)] * 4
     if world == 1:
         return

@@ -6,6 +6,7 @@ memory and written back (GPU arrays always go through the host for now: no CUDA-
 starts MPI's non-blocking form; async_op=True returns the Work, else it is waited for before returning.
 """
 import enum
+import time
 import zlib
 
 import numpy
@@ -47,7 +48,15 @@ class Work:
             finish()
 
     def wait(self, timeout=None):
-        self.request.Wait(self.status)
+        """timeout: seconds or a datetime.timedelta, as PyTorch's; past it, RuntimeError."""
+        if timeout is None:
+            self.request.Wait(self.status)
+        else:
+            seconds = timeout.total_seconds() if hasattr(timeout, "total_seconds") else float(timeout)
+            deadline = time.monotonic() + seconds
+            while not self.request.Test(self.status):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"Work.wait: the operation is not done after {seconds} s")
         self._done()
         return True
 
@@ -196,33 +205,39 @@ def isend(tensor, dst, group=None, tag=0):
     """Start sending tensor to rank dst (global); the Work's wait() returns when tensor may be changed again."""
     group = group_or_default(group)
     peer = group.group_rank(dst, "dst")
-    if debug_checks():
-        group.comm.send(_facts(tensor), dest=peer, tag=tag)   # a small pickled message ahead of the array
+    ahead = group.comm.isend(_facts(tensor), dest=peer, tag=tag) if debug_checks() else None  # its description
     source = _Buffer(tensor).array
-    return Work(group.comm.Isend(source, dest=peer, tag=tag), buffers=(source,))
+    return Work(group.comm.Isend(source, dest=peer, tag=tag), ahead and ahead.wait, buffers=(source,))
 
 
 def irecv(tensor, src=None, group=None, tag=0):
-    """Start receiving into tensor from rank src (global; None: any rank)."""
+    """Start receiving into tensor from rank src (global; None: any rank). With TINYATTN_DISTRIBUTED_DEBUG=1 the
+    sender's description of its tensor comes first; from any rank (src=None), irecv waits for it, to know whose
+    array follows."""
     group = group_or_default(group)
     MPI = _mpi()
     peer = MPI.ANY_SOURCE if src is None else group.group_rank(src, "src")
+    description = None
     if debug_checks():
-        status = MPI.Status()
-        sent = group.comm.recv(source=peer, tag=tag, status=status)
-        if sent != _facts(tensor):
-            raise RuntimeError(f"recv: rank {group.ranks[group.rank()]} receives into a tensor {_facts(tensor)}, "
-                               f"from rank {group.ranks[status.Get_source()]} one {sent}")
-        peer = status.Get_source()           # the array comes from the sender of its description
+        if src is None:
+            first = MPI.Status()
+            said = group.comm.recv(source=peer, tag=tag, status=first)
+            peer, description = first.Get_source(), lambda: said
+        else:
+            description = group.comm.irecv(source=peer, tag=tag).wait
     buffer, status = _Buffer(tensor), MPI.Status()
 
     def finish():
         """A shorter message than the tensor would leave part of it as it was: refused (a longer one is MPI's
         truncation error)."""
+        sender = f"from rank {group.ranks[status.Get_source()]}"
+        sent = description and description()
+        if sent and sent != _facts(tensor):
+            raise RuntimeError(f"recv: rank {group.ranks[group.rank()]} receives into a tensor {_facts(tensor)}, "
+                               f"{sender} one {sent}")
         if status.Get_count(MPI.BYTE) != buffer.array.nbytes:
             raise RuntimeError(f"recv: rank {group.ranks[group.rank()]} received {status.Get_count(MPI.BYTE)} bytes "
-                               f"from rank {group.ranks[status.Get_source()]} into a tensor {_facts(tensor)} "
-                               f"({buffer.array.nbytes} bytes)")
+                               f"{sender} into a tensor {_facts(tensor)} ({buffer.array.nbytes} bytes)")
         buffer.write_back()
     return Work(group.comm.Irecv(buffer.array, source=peer, tag=tag), finish, status=status)
 
