@@ -227,15 +227,18 @@ def ddp_compare(args):
         done = subprocess.run(command, capture_output=True, text=True, env=env)
         if done.returncode != 0:
             raise RuntimeError(f"bench ddp: {' '.join(command)} failed:\n{done.stderr[-3000:]}")
-        lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-        found[name] = next(line for line in lines if line.get("rank", 0) == 0)
-    one, ranks = found["one_process"], found["ranks"]
+        found[name] = sorted((json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")),
+                             key=lambda line: line.get("rank", 0))
+    one, ranks = found["one_process"][0], found["ranks"][0]
     result = {"command": "ddp", "framework": args.framework, "nproc": args.nproc, "bucket_cap_mb": args.bucket_cap_mb,
               "one_process_median_s": one["median_s"], "ranks_median_s": ranks["median_s"],
               "ddp_overhead_ratio": ranks["median_s"] / one["median_s"], "params": one["params"],
               "machine": one["machine"]}
-    if "allreduce_alone_s" in ranks:    # rank 0's wait at the end of backward, over the timed steps
-        wait = statistics.median(ranks["waits"][args.warmup:args.warmup + args.reps])
+    if "allreduce_alone_s" in ranks:
+        # the communication a step did not hide: the wait at the end of backward of the rank that got there last
+        # (the others' waits include the time they waited for it); the median over the timed steps
+        steps = list(zip(*(rank["waits"] for rank in found["ranks"])))[args.warmup:args.warmup + args.reps]
+        wait = statistics.median(min(waits) for waits in steps)
         result.update(buckets=ranks["buckets"], allreduce_alone_s=ranks["allreduce_alone_s"], end_wait_s=wait,
                       hidden_fraction=1 - wait / ranks["allreduce_alone_s"],
                       mpi_async_progress=bool(args.mpi_async_progress))
@@ -415,8 +418,8 @@ def user_errors(args, flags):
 def main(argv=None):
     args = parse(sys.argv[1:] if argv is None else argv)
     result = ddp_compare(args) if args.command == "ddp" and not args.as_rank else measure(args)
-    if result.get("rank", 0) == 0:          # of ranks, rank 0 speaks for all
-        print(json.dumps(result))
+    sys.stdout.flush()
+    os.write(1, (json.dumps(result) + "\n").encode())     # one write: the lines of ranks never mix
     return result
 
 

@@ -23,6 +23,9 @@ from ...tensor import Tensor, is_grad_enabled
 from ..module import Module
 
 
+FIRST_BUCKET_BYTES = 2 ** 20        # PyTorch's torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
+
+
 class _Bucket:
     """Parameters of one dtype whose gradients are averaged by one all-reduce of a flat host array."""
 
@@ -97,12 +100,15 @@ class DistributedDataParallel(Module):
 
     def _fill_buckets(self, capacity):
         """Buckets of at most capacity bytes (a larger parameter gets one of its own), one dtype each, filled in
-        reverse parameter order, as PyTorch's."""
-        buckets, bucket_of, current = [], {}, {}
+        reverse parameter order, as PyTorch's; as there, the first of each dtype holds at most 1 MiB, so that its
+        all-reduce starts early in backward."""
+        buckets, bucket_of, current, first = [], {}, {}, set()
         for p in reversed(self._params):
             params, size = current.get(p.dtype, ([], 0))
-            if params and size + p.array.nbytes > capacity:
+            limit = capacity if p.dtype in first else min(capacity, FIRST_BUCKET_BYTES)
+            if params and size + p.array.nbytes > limit:
                 buckets.append(_Bucket(params, p.dtype))
+                first.add(p.dtype)
                 params, size = [], 0
             current[p.dtype] = (params + [p], size + p.array.nbytes)
         buckets += [_Bucket(params, dtype) for dtype, (params, _) in current.items()]
