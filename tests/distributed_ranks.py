@@ -182,6 +182,16 @@ def ddp(rank, world):
     for _ in range(2):
         F.cross_entropy(tolerant(mine_x), mine_y).backward()
     assert unused["idle"].weight.grad is None and unused["used"].weight.grad is not None
+    # used on rank 0 alone: every rank gets the average (rank 0's gradient, zeros elsewhere, over the world)
+    unused = nn.ModuleDict({"used": nn.Linear(6, 3).double(), "idle": nn.Linear(6, 3).double()})
+    sometimes = DDP(_UsesOne(unused, also=[0]), find_unused_parameters=True)
+    (sometimes(mine_x) * ta.arange(3.0).double()).sum().backward()
+    every = [ta.zeros(3, 6).double() for _ in range(world)]
+    dist.all_gather(every, unused["idle"].weight.grad)
+    assert all(np.array_equal(e.numpy(), every[0].numpy()) for e in every)
+    if rank == 0:
+        local = np.arange(3.0)[:, None] * mine_x.numpy().sum(0)[None, :]
+        assert np.allclose(every[0].numpy(), local / world) and np.abs(local).max() > 0.1
     # ranks whose modules differ are refused when wrapping, naming the first difference
     odd = nn.Linear(6, 3 + (rank == 1))
     if world > 1:
@@ -189,12 +199,15 @@ def ddp(rank, world):
 
 
 class _UsesOne(nn.Module):
-    def __init__(self, parts):
+    """parts["used"], plus parts["idle"] on the ranks in also."""
+
+    def __init__(self, parts, also=()):
         super().__init__()
-        self.parts = parts
+        self.parts, self.also = parts, also
 
     def forward(self, x):
-        return self.parts["used"](x)
+        out = self.parts["used"](x)
+        return out + self.parts["idle"](x) if dist.get_rank() in self.also else out
 
 
 def zero(rank, world):
