@@ -67,8 +67,8 @@ class Work:
         return False
 
 
-def _finished(request, async_op, finish=None, buffers=()):
-    work = Work(request, finish, buffers)
+def _finished(work, async_op):
+    """The Work for async_op=True; else None, once it is done."""
     return work if async_op else work.wait() and None
 
 
@@ -115,7 +115,7 @@ def _facts(tensor, exact=True):
 
 
 def barrier(group=None, async_op=False):
-    return _finished(group_or_default(group).comm.Ibarrier(), async_op)
+    return _finished(Work(group_or_default(group).comm.Ibarrier()), async_op)
 
 
 def broadcast(tensor, src, group=None, async_op=False):
@@ -123,15 +123,15 @@ def broadcast(tensor, src, group=None, async_op=False):
     group = group_or_default(group)
     _check_same(group, "broadcast", src=src, tensor=tensor)
     buffer = _Buffer(tensor)
-    return _finished(group.comm.Ibcast(buffer.array, root=group.group_rank(src, "src")), async_op, buffer.write_back)
+    request = group.comm.Ibcast(buffer.array, root=group.group_rank(src, "src"))
+    return _finished(Work(request, buffer.write_back), async_op)
 
 
 def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     """tensor on every rank becomes the reduction (op) of every rank's."""
     group = group_or_default(group)
     _check_same(group, "all_reduce", op=op, tensor=tensor)
-    work = start_all_reduce_unchecked(tensor, op, group)
-    return work if async_op else work.wait() and None
+    return _finished(start_all_reduce_unchecked(tensor, op, group), async_op)
 
 
 def start_all_reduce_unchecked(tensor, op, group):
@@ -172,7 +172,7 @@ def all_gather(tensor_list, tensor, group=None, async_op=False):
     def finish():
         for out, values in zip(tensor_list, gathered):
             _Buffer(out).write_back(values)
-    return _finished(request, async_op, finish, (source, gathered))
+    return _finished(Work(request, finish, (source, gathered)), async_op)
 
 
 def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
@@ -182,7 +182,7 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=Fal
     _check_same(group, "all_gather_into_tensor", input=input_tensor, output=output_tensor)
     buffer, source = _Buffer(output_tensor), _Buffer(input_tensor).array
     request = group.comm.Iallgather(source, buffer.array)
-    return _finished(request, async_op, buffer.write_back, (source,))
+    return _finished(Work(request, buffer.write_back, (source,)), async_op)
 
 
 def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=False):
@@ -192,7 +192,7 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=F
     _check_same(group, "reduce_scatter_tensor", op=op, input=input, output=output)
     buffer, source = _Buffer(output), _Buffer(input).array
     request = group.comm.Ireduce_scatter_block(source, buffer.array, op=_mpi_op(op, input.dtype))
-    return _finished(request, async_op, _averaged(buffer, op, group), (source,))
+    return _finished(Work(request, _averaged(buffer, op, group), (source,)), async_op)
 
 
 def _check_sizes(what, whole, piece, world):
