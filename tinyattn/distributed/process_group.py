@@ -93,6 +93,8 @@ def abort_world_on_error():
     MPI = _mpi()
     rank, size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
     previous = sys.excepthook
+    if getattr(previous, "ends_the_world", False):       # in place already (the bootstrap, then the script's init)
+        return
 
     def abort(kind, value, traceback):
         sys.stderr.write(f"tinyattn.distributed: rank {rank} of {size} raised {kind.__name__}; ending all ranks\n")
@@ -100,8 +102,8 @@ def abort_world_on_error():
         sys.stderr.flush()
         MPI.COMM_WORLD.Abort(1)
 
-    if getattr(sys.excepthook, "__name__", "") != "abort":
-        sys.excepthook = abort
+    abort.ends_the_world = True
+    sys.excepthook = abort
 
 
 def is_initialized():
