@@ -247,6 +247,21 @@ def zero(rank, world):
     again = ZeroRedundancyOptimizer(groups(model), optimizer_class=ta.optim.AdamW, lr=1e-2)
     again.load_state_dict(plain.state_dict())
     assert again.local_state_bytes() == mine
+    # with DDP, each rank on its share of the batch: as the plain optimizer in one process on the whole batch
+    ta.manual_seed(rank)
+    model, whole = three_layers(), three_layers()
+    wrapped = DDP(model)
+    whole.load_state_dict(model.state_dict())
+    sharded = ZeroRedundancyOptimizer(wrapped.parameters(), optimizer_class=ta.optim.AdamW, lr=1e-2)
+    plain = ta.optim.AdamW(whole.parameters(), lr=1e-2)
+    for step in range(3):
+        x, y, mine_x, mine_y = batch(rank, world, seed=20 + step)
+        for m, opt, inputs, targets in ((wrapped, sharded, mine_x, mine_y), (whole, plain, x, y)):
+            opt.zero_grad()
+            nn.functional.cross_entropy(m(inputs), targets).backward()
+            opt.step()
+    for p, q in zip(model.parameters(), whole.parameters()):
+        assert np.allclose(p.numpy(), q.numpy(), rtol=1e-10, atol=1e-13)
 
 
 def sampler(rank, world):
