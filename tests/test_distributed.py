@@ -127,3 +127,4 @@ def test_bench_ddp_times_two_ranks_against_one_process_on_a_ranks_share():
     result = json.loads(done.stdout.splitlines()[-1])
     assert result["nproc"] == 2 and result["buckets"] >= 2 and result["allreduce_alone_s"] > 0
     assert result["ddp_overhead_ratio"] == result["ranks_median_s"] / result["one_process_median_s"]
+    assert result["ddp_over_independent"] == result["ranks_median_s"] / result["independent_median_s"]

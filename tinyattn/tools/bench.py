@@ -206,8 +206,10 @@ def ddp_rank_step(work, args):
 
 def ddp_compare(args):
     """`ddp`: the step time of --nproc ranks, one thread each, against one process (one thread) on one rank's share
-    of the batch: what data parallelism adds to a step. Each runs in processes of its own; tinyattn's ranks start
-    through tinyattn.distributed.run (MPI), PyTorch's through torchrun (gloo)."""
+    of the batch: what data parallelism adds to a step. On a machine others share, N processes slow each other down
+    without any communication: --nproc independent processes of that one-process step, run at once, show that part
+    (`independent_median_s`), and `ddp_over_independent` what DDP adds beyond it. Each runs in processes of its own;
+    tinyattn's ranks start through tinyattn.distributed.run (MPI), PyTorch's through torchrun (gloo)."""
     flags = [f"--{name.replace('_', '-')}={getattr(args, name)}" for name in
              ("vocab", "d_model", "layers", "heads", "seq", "batch", "impl", "warmup", "framework")] + \
         [f"--steps={args.reps}"]
@@ -217,22 +219,27 @@ def ddp_compare(args):
     bench = ["-m", "tinyattn.tools.bench"]
     launcher = ["-m", "torch.distributed.run", "--standalone"] if args.framework == "torch" else \
         ["-m", "tinyattn.distributed.run"]
-    runs = {"one_process": [sys.executable, *bench, "train-step", *flags],
-            "ranks": [sys.executable, *launcher, f"--nproc-per-node={args.nproc}", *bench, "ddp", "--as-rank",
-                      f"--bucket-cap-mb={args.bucket_cap_mb}", *flags]}
-    if args.framework != "torch":       # tinyattn's launcher takes a module after -m, as python does
-        runs["ranks"][runs["ranks"].index("-m", 2):runs["ranks"].index("-m", 2) + 2] = ["-m", "tinyattn.tools.bench"]
+    one = [sys.executable, *bench, "train-step", *flags]
+    runs = {"one_process": [one], "independent": [one] * args.nproc,
+            "ranks": [[sys.executable, *launcher, f"--nproc-per-node={args.nproc}", *bench, "ddp", "--as-rank",
+                       f"--bucket-cap-mb={args.bucket_cap_mb}", *flags]]}
     found = {}
-    for name, command in runs.items():
-        done = subprocess.run(command, capture_output=True, text=True, env=env)
-        if done.returncode != 0:
-            raise RuntimeError(f"bench ddp: {' '.join(command)} failed:\n{done.stderr[-3000:]}")
-        found[name] = sorted((json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")),
-                             key=lambda line: line.get("rank", 0))
+    for name, commands in runs.items():        # the commands of a run start together
+        started = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                   for command in commands]
+        lines = []
+        for command, process in zip(commands, started):
+            out, err = process.communicate()
+            if process.returncode != 0:
+                raise RuntimeError(f"bench ddp: {' '.join(command)} failed:\n{err[-3000:]}")
+            lines += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        found[name] = sorted(lines, key=lambda line: line.get("rank", 0))
     one, ranks = found["one_process"][0], found["ranks"][0]
+    independent = max(line["median_s"] for line in found["independent"])   # a step waits for the slowest rank
     result = {"command": "ddp", "framework": args.framework, "nproc": args.nproc, "bucket_cap_mb": args.bucket_cap_mb,
               "one_process_median_s": one["median_s"], "ranks_median_s": ranks["median_s"],
-              "ddp_overhead_ratio": ranks["median_s"] / one["median_s"], "params": one["params"],
+              "ddp_overhead_ratio": ranks["median_s"] / one["median_s"], "independent_median_s": independent,
+              "ddp_over_independent": ranks["median_s"] / independent, "params": one["params"],
               "machine": one["machine"]}
     if "allreduce_alone_s" in ranks:
         # the communication a step did not hide: the wait at the end of backward of the rank that got there last
