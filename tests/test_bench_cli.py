@@ -23,6 +23,8 @@ WRONG = {
     "train-step --steps 0": (["train-step", "--steps", "0"], ["--steps must be at least 1, got 0"]),
     "train-step --d-model 10 --heads 4": (["train-step", "--d-model", "10", "--heads", "4"],
                                           ["--d-model must be a multiple of --heads"]),
+    "ddp --nproc 0 --d-model 10": (["ddp", "--nproc", "0", "--d-model", "10"],
+                                   ["--nproc must be at least 1, got 0", "--d-model must be a multiple of --heads"]),
 }
 
 

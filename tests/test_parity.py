@@ -46,8 +46,8 @@ def test_dtype_names_and_legacy_constructors():
     assert ta.BoolTensor([1, 0]).dtype == np.bool_
     with pytest.raises(AttributeError, match="bfloat16"):
         ta.bfloat16
-    with pytest.raises(AttributeError, match="distributed"):
-        ta.distributed
+    with pytest.raises(AttributeError, match="multiprocessing"):
+        ta.multiprocessing
 
 
 def test_default_dtype():

@@ -362,7 +362,9 @@ NANOGPT = [
     "torch.nn.functional.cross_entropy", "torch.nn.functional.layer_norm",
     "torch.nn.functional.scaled_dot_product_attention", "torch.nn.functional.softmax", "torch.nn.init.normal_",
     "torch.nn.init.zeros_", "torch.nn.utils.clip_grad_norm_", "torch.no_grad", "torch.ones", "torch.optim.AdamW",
-    "torch.randint", "torch.save", "torch.stack", "torch.topk", "torch.tril", "torch.zeros"]
+    "torch.randint", "torch.save", "torch.stack", "torch.topk", "torch.tril", "torch.zeros",
+    "torch.distributed.init_process_group", "torch.distributed.destroy_process_group",
+    "torch.nn.parallel.DistributedDataParallel"]                           # its DDP path (issue 60)
 D2L_ATTENTION = [
     "torch.arange", "torch.bmm", "torch.cat", "torch.cos", "torch.float32", "torch.long", "torch.max",
     "torch.nn.Dropout", "torch.nn.Embedding", "torch.nn.GELU", "torch.nn.GRU", "torch.nn.LayerNorm",
@@ -387,10 +389,8 @@ ISSUE_46_SWEEP = [
     "torch.nn.functional.interpolate", "torch.Generator"]
 # Issue 55's five: Karpathy's lecture script (ng-video-lecture gpt.py), makemore.py with its six models,
 # pytorch/examples' word_language_model (main.py, model.py, data.py), build-nanogpt's train_gpt2.py and vit-pytorch's
-# simple_vit.py: every torch./nn./F./optim./utils.data name each uses (read from their newest sources; nn.LSTM and
-# nn.GRU by getattr). torch.distributed and DistributedDataParallel (build-nanogpt's multi-GPU run) belong to the
-# distributed package and its tests, and nn.Transformer (word_language_model's TransformerModel subclasses it) to the
-# nn.Transformer family's; the rest of what they use and tinyattn leaves out is in ABSENT.
+# simple_vit.py: every torch./nn./F./optim./utils.data./distributed. name each uses (read from their newest sources;
+# nn.LSTM and nn.GRU by getattr); what they use and tinyattn leaves out is in ABSENT.
 LECTURE_GPT = [
     "torch.arange", "torch.cat", "torch.cuda.is_available", "torch.long", "torch.manual_seed", "torch.multinomial",
     "torch.nn.Dropout", "torch.nn.Embedding", "torch.nn.LayerNorm", "torch.nn.Linear", "torch.nn.Module",
@@ -410,14 +410,18 @@ WORD_LANGUAGE_MODEL = [
     "torch.LongTensor", "torch.Tensor", "torch.accelerator.current_accelerator", "torch.accelerator.is_available",
     "torch.arange", "torch.cat", "torch.cos", "torch.device", "torch.exp", "torch.float", "torch.int64", "torch.load",
     "torch.log", "torch.manual_seed", "torch.nn.Dropout", "torch.nn.Embedding", "torch.nn.GRU", "torch.nn.LSTM",
-    "torch.nn.Linear", "torch.nn.Module", "torch.nn.NLLLoss", "torch.nn.RNN", "torch.nn.functional.log_softmax",
+    "torch.nn.Linear", "torch.nn.Module", "torch.nn.NLLLoss", "torch.nn.RNN", "torch.nn.Transformer",
+    "torch.nn.TransformerEncoder", "torch.nn.TransformerEncoderLayer", "torch.nn.functional.log_softmax",
     "torch.nn.functional.relu", "torch.nn.init.uniform_", "torch.nn.init.zeros_", "torch.nn.utils.clip_grad_norm_",
     "torch.no_grad", "torch.ones", "torch.optim.AdamW", "torch.save", "torch.sin", "torch.tensor", "torch.tril",
     "torch.zeros"]
 BUILD_NANOGPT = [
     "torch.Generator", "torch.arange", "torch.backends", "torch.backends.mps.is_available", "torch.cat",
     "torch.compile", "torch.cuda.is_available", "torch.cuda.manual_seed", "torch.cuda.set_device",
-    "torch.cuda.synchronize", "torch.gather", "torch.long", "torch.manual_seed", "torch.multinomial",
+    "torch.cuda.synchronize", "torch.distributed.all_reduce", "torch.distributed.destroy_process_group",
+    "torch.distributed.init_process_group", "torch.distributed.ReduceOp", "torch.gather", "torch.long",
+    "torch.manual_seed", "torch.multinomial", "torch.nn.parallel.DistributedDataParallel",
+    "torch.utils.data.distributed.DistributedSampler",
     "torch.nn.Embedding", "torch.nn.GELU", "torch.nn.LayerNorm", "torch.nn.Linear", "torch.nn.Module",
     "torch.nn.ModuleDict", "torch.nn.ModuleList", "torch.nn.functional.cross_entropy",
     "torch.nn.functional.scaled_dot_product_attention", "torch.nn.functional.softmax", "torch.nn.init.normal_",
@@ -439,10 +443,7 @@ TENSOR_METHODS = [
 # What those sources use that tinyattn leaves out on purpose, each listed in docs/porting.md with the reason.
 ABSENT = {
     "torch.amp.autocast": "no automatic mixed precision", "torch.bfloat16": "NumPy has no bfloat16",
-    "torch.distributed.init_process_group": "one process on one device",
-    "torch.distributed.destroy_process_group": "one process on one device",
-    "torch.multiprocessing": "runs in one process", "torch.nn.parallel.DistributedDataParallel": None,
-    "torch.utils.data.distributed.DistributedSampler": None, "torch.nn.LazyBatchNorm1d": None,
+    "torch.multiprocessing": "runs in one process", "torch.nn.LazyBatchNorm1d": None,
     "torch.autocast": "no mixed-precision autocast", "torch.onnx.export": "no ONNX export",
     "torch.serialization.safe_globals": None,
     "torch.nn.modules.rnn.LSTM": None, "torch.utils.tensorboard.SummaryWriter": None}

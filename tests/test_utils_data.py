@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 import tinyattn as torch
-from tinyattn.utils.data import (BatchSampler, DataLoader, Dataset, RandomSampler, Sampler, SequentialSampler, Subset,
-                                 SubsetRandomSampler, TensorDataset, WeightedRandomSampler, default_collate,
-                                 random_split)
+from tinyattn.utils.data import (BatchSampler, DataLoader, Dataset, DistributedSampler, RandomSampler, Sampler,
+                                 SequentialSampler, Subset, SubsetRandomSampler, TensorDataset, WeightedRandomSampler,
+                                 default_collate, random_split)
 
 from conftest import host
 
@@ -228,3 +228,14 @@ def test_random_split_refuses_fractions_outside_zero_to_one_and_warns_of_an_empt
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         random_split(range(10), [0.5, 0.5])
+
+
+def test_distributed_sampler_is_a_sampler_a_loader_reads_without_mpi():
+    """Given num_replicas and rank, DistributedSampler needs no world: a DataLoader reads rank 1's share of 7 items
+    over 3 ranks, padded from the start as PyTorch pads (indices 1 and 4, then 7 wraps to 0)."""
+    from tinyattn.utils.data.distributed import DistributedSampler as from_its_module
+    assert from_its_module is DistributedSampler and issubclass(DistributedSampler, Sampler)
+    data = TensorDataset(torch.arange(7))
+    sampler = DistributedSampler(data, num_replicas=3, rank=1, shuffle=False)
+    batches = [host(x).tolist() for (x,) in DataLoader(data, batch_size=2, sampler=sampler)]
+    assert len(sampler) == 3 and batches == [[1, 4], [0]]

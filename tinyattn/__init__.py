@@ -27,7 +27,7 @@ from .cpu import get_num_threads, set_num_threads
 from . import functional
 from .functional import log_softmax, reference, softmax
 from .gradcheck import GradcheckError, gradcheck
-from . import nn, optim, utils
+from . import distributed, nn, optim, utils
 from . import einops_backend
 from .serialization import CheckpointError, load, save
 from . import cuda
@@ -37,5 +37,5 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name):
-    """A PyTorch name that has no place on NumPy (bfloat16, distributed, ...) raises, saying why."""
+    """A PyTorch name that has no place on NumPy (bfloat16, autocast, ...) raises, saying why."""
     raise compat.unavailable(name)

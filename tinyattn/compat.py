@@ -2,7 +2,7 @@
 
 compile(model) returns the model unchanged: there is nothing to compile, and nothing gets faster (documented, so
 that code calling torch.compile runs). backends holds the switches training scripts set (nanoGPT's
-`torch.backends.cuda.matmul.allow_tf32 = True`); they are kept and change nothing. bfloat16, distributed, autocast
+`torch.backends.cuda.matmul.allow_tf32 = True`); they are kept and change nothing. bfloat16, autocast
 and the like raise an error that says why.
 """
 from types import SimpleNamespace
@@ -31,7 +31,6 @@ accelerator = SimpleNamespace(is_available=backend.cuda_is_available, current_ac
 
 _UNAVAILABLE = {
     "bfloat16": "NumPy has no bfloat16 dtype; use float32 (or float16 for storage)",
-    "distributed": "tinyattn runs in one process on one device: there is no distributed training",
     "autocast": "there is no mixed-precision autocast: NumPy and CuPy compute in the dtype they are given",
     "amp": "there is no automatic mixed precision (torch.amp): compute in float32",
     "jit": "there is no TorchScript (torch.jit): the Python code runs as it is",

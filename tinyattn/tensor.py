@@ -187,6 +187,16 @@ class AccumulateGrad:
         return "<AccumulateGrad object>"
 
 
+class RemovableHandle:
+    """What a register_*_hook returns: handle.remove() takes the hook off again."""
+
+    def __init__(self, hooks, key):
+        self.hooks, self.key = hooks, key
+
+    def remove(self):
+        self.hooks.pop(self.key, None)
+
+
 def _held(array):
     """The array a tensor holds: NumPy gives a scalar (numpy.float32, ...) for a reduction or arithmetic on 0-d
     arrays, which cannot be written in place (s = x.sum(); s += 1); a tensor holds it as a 0-d array instead."""
@@ -223,6 +233,7 @@ class Tensor:
     __array_priority__ = 1000  # numpy_array + tensor defers to Tensor.__radd__
     _is_view = False           # True for the result of an op that views its input's memory (reshape, a slice, ...)
     _base = None               # for a view made by basic indexing: (the tensor it views, the index)
+    _post_accumulate_grad_hooks = None   # {key: hook} once register_post_accumulate_grad_hook is called
 
     def __init__(self, *data, requires_grad=False):
         """Tensor(array) holds a NumPy or CuPy array (the engine's own use). PyTorch's legacy forms read as PyTorch
@@ -396,18 +407,20 @@ class Tensor:
         pending = {id(start): _output_gradient(self, gradient)}  # gradients not yet passed on, by node or leaf
         settled = _walk_seams["settled"]
         with _walk_seams["walk_scope"]():
-            for step in reversed(_topological_order(start)):
+            for step in _walk_order(start):
                 grad = settled(pending.pop(id(step), None))
                 if grad is None:
                     continue
                 is_leaf = type(step) is not Node
                 keeper = step if is_leaf else step.retained and step.retained()   # the tensor whose .grad this is
                 if only is not None:
-                    if id(step) in only:
-                        only[id(step)]._accumulate_grad(grad)
-                elif keeper is not None:
+                    keeper = only.get(id(step))
+                if keeper is not None:
                     keeper._accumulate_grad(grad)
                 if is_leaf:
+                    if keeper is not None and keeper._post_accumulate_grad_hooks:
+                        for hook in tuple(keeper._post_accumulate_grad_hooks.values()):
+                            hook(keeper)
                     continue
                 for edge, edge_grad in step.input_gradients(grad):
                     # Out of place: a backward may hand the same array to several inputs.
@@ -415,6 +428,18 @@ class Tensor:
                                          else settled(pending[id(edge)]) + settled(edge_grad))
                 if not retain_graph:
                     step.release()
+
+    def register_post_accumulate_grad_hook(self, hook):
+        """hook(tensor) runs in backward as soon as this leaf's .grad is final for that backward, while the walk goes
+        on to the rest of the graph (as PyTorch's): data parallel training starts averaging a gradient there."""
+        if self._node is not None:
+            raise RuntimeError(f"post accumulate grad hooks cannot be registered on non-leaf tensors (this one, of "
+                               f"shape {self.shape}, is computed by {self._node.name()})")
+        if self._post_accumulate_grad_hooks is None:
+            self._post_accumulate_grad_hooks = {}
+        key = object()
+        self._post_accumulate_grad_hooks[key] = hook
+        return RemovableHandle(self._post_accumulate_grad_hooks, key)
 
     def _accumulate_grad(self, grad):
         if self.grad is None:
@@ -436,6 +461,33 @@ def _output_gradient(output, gradient):
     if tuple(gradient.shape) != output.shape:
         raise RuntimeError(f"gradient shape {tuple(gradient.shape)} does not match output shape {output.shape}")
     return gradient
+
+
+def _walk_order(root):
+    """The steps in the order the walk visits them: each node after every node that uses its output (the reversed
+    topological order), and a leaf with post-accumulate-grad hooks right after the last node that uses it, so that
+    its gradient is final and its hooks run while the walk goes on, not at its end."""
+    order = _topological_order(root)
+    hooked = {id(step): 0 for step in order if type(step) is not Node and step._post_accumulate_grad_hooks}
+    if not hooked:
+        return reversed(order)
+    for step in order:                      # count the uses of each hooked leaf
+        if type(step) is Node:
+            for edge in step.edges:
+                if id(edge) in hooked:
+                    hooked[id(edge)] += 1
+    walk = []
+    for step in reversed(order):
+        if id(step) in hooked and step is not root:
+            continue
+        walk.append(step)
+        if type(step) is Node:
+            for edge in step.edges:
+                if id(edge) in hooked:
+                    hooked[id(edge)] -= 1
+                    if hooked[id(edge)] == 0:
+                        walk.append(edge)
+    return walk
 
 
 def _topological_order(root):

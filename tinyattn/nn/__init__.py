@@ -14,7 +14,7 @@ from .multihead_attention import MultiheadAttention
 from .rnn import GRU, GRUCell, LSTM, LSTMCell, RNN, RNNCell
 from .transformer import (Transformer, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder,
                           TransformerEncoderLayer)
-from . import utils
+from . import parallel, utils
 from .attention import AdditiveAttention, KVCache, MultiHeadAttention, SelfAttention2d
 from .window_attention import WindowAttention, shifted_window_mask, window_partition, window_reverse
 from .position import (LearnedPositionalEmbedding, RelativePositionBias, RotaryEmbedding,

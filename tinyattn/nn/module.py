@@ -7,7 +7,7 @@ from collections import OrderedDict, namedtuple
 
 from .. import backend
 from ..ops import to_args
-from ..tensor import Tensor, as_array
+from ..tensor import RemovableHandle, Tensor, as_array
 
 
 class Parameter(Tensor):
@@ -21,16 +21,6 @@ class Parameter(Tensor):
 
 
 IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
-
-
-class RemovableHandle:
-    """What register_forward_hook returns: handle.remove() takes the hook off again."""
-
-    def __init__(self, hooks, key):
-        self.hooks, self.key = hooks, key
-
-    def remove(self):
-        self.hooks.pop(self.key, None)
 
 
 class Module:

@@ -1,4 +1,4 @@
-"""Benchmarks: `python -m tinyattn.bench {attention,train-step,matmul} ...`; the last output line is JSON.
+"""Benchmarks: `python -m tinyattn.bench {attention,train-step,matmul,ddp} ...`; the last output line is JSON.
 
 Every measurement runs in its own process (peak resident memory, ru_maxrss, only ever grows) and reports medians.
 `--framework torch` runs the same workload in PyTorch as the side-by-side peer; torch is imported only then, so run
@@ -7,8 +7,10 @@ that from an environment that has it (it is never a dependency of tinyattn).
 import argparse
 import contextlib
 import json
+import os
 import resource
 import statistics
+import subprocess
 import sys
 import time
 import tracemalloc
@@ -86,10 +88,13 @@ def attention_step(work, args):
     return step, info
 
 
-def train_step(work, args):
-    """One AdamW step of a pre-norm GPT (LayerNorm, GELU MLP of 4D, causal attention, untied head)."""
+def train_step(work, args, wrap=None):
+    """One AdamW step of a pre-norm GPT (LayerNorm, GELU MLP of 4D, causal attention, untied head); wrap(model), where
+    given, is what the step calls (DistributedDataParallel)."""
+    wrap = wrap or (lambda model: model)
     if work.framework == "torch":
         model, optimizer, ids, params = _torch_gpt(work.torch, args, work.device)
+        model = wrap(model)
 
         def step():
             logits = model(ids[:, :-1])
@@ -102,17 +107,18 @@ def train_step(work, args):
         from tinyattn.models import GPT, GPTConfig
         config = GPTConfig(vocab_size=args.vocab, block_size=args.seq, n_layer=args.layers, num_heads=args.heads,
                            d_model=args.d_model, impl=args.impl)
-        model = GPT(config).to(args.device)
-        optimizer = ta.optim.AdamW(model.parameters(), lr=3e-4)
+        inner = GPT(config).to(args.device)
+        optimizer = ta.optim.AdamW(inner.parameters(), lr=3e-4)
+        model = wrap(inner)
         ids = ta.randint(0, args.vocab, (args.batch, args.seq + 1), device=args.device)
-        params = model.num_parameters()
+        params = inner.num_parameters()
 
         def step():
             _, loss = model(ids[:, :-1], ids[:, 1:])
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-        flops = model.flops_per_token(args.seq) * args.batch * args.seq
+        flops = inner.flops_per_token(args.seq) * args.batch * args.seq
         return step, {"params": params, "approx_flops": flops}
     return step, {"params": params}
 
@@ -164,7 +170,89 @@ def matmul_step(work, args):
     return step, {"approx_flops": 2 * args.n ** 3}
 
 
-WORKLOADS = {"attention": attention_step, "train-step": train_step, "matmul": matmul_step}
+def ddp_rank_step(work, args):
+    """One rank of `ddp --as-rank`: the train step of its share of the batch, its model in DistributedDataParallel
+    (tinyattn's on MPI, or PyTorch's on gloo, started by torchrun), and, for tinyattn, how long all-reducing every
+    gradient takes when nothing else runs (the communication a step has to hide)."""
+    if work.framework == "torch":
+        torch = work.torch
+        torch.distributed.init_process_group("gloo")
+        step, info = train_step(work, args, lambda model: torch.nn.parallel.DistributedDataParallel(
+            model, bucket_cap_mb=args.bucket_cap_mb))
+        return step, {**info, "rank": torch.distributed.get_rank()}
+    import tinyattn as ta
+    from tinyattn import distributed as dist
+    dist.init_process_group("mpi")
+    wrapped = []
+    step, info = train_step(work, args, lambda model: wrapped.append(
+        ta.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb)) or wrapped[0])
+    buckets = [ta.Tensor(bucket.flat.copy()) for bucket in wrapped[0]._buckets]
+    times = []
+    for _ in range(args.warmup + args.reps):
+        dist.barrier()
+        start = time.perf_counter()
+        for works in [dist.all_reduce(b, op=dist.ReduceOp.AVG, async_op=True) for b in buckets]:
+            works.wait()
+        times.append(time.perf_counter() - start)
+    waits = []
+
+    def step_noting_the_wait():
+        step()
+        waits.append(wrapped[0].last_wait_s)
+    return step_noting_the_wait, {"rank": dist.get_rank(), "buckets": len(buckets),
+                                  "allreduce_alone_s": statistics.median(times[args.warmup:]),
+                                  "waits": waits, **info}
+
+
+def ddp_compare(args):
+    """`ddp`: the step time of --nproc ranks, one thread each, against one process (one thread) on one rank's share
+    of the batch: what data parallelism adds to a step. On a machine others share, N processes slow each other down
+    without any communication: --nproc independent processes of that one-process step, run at once, show that part
+    (`independent_median_s`), and `ddp_over_independent` what DDP adds beyond it. Each runs in processes of its own;
+    tinyattn's ranks start through tinyattn.distributed.run (MPI), PyTorch's through torchrun (gloo)."""
+    flags = [f"--{name.replace('_', '-')}={getattr(args, name)}" for name in
+             ("vocab", "d_model", "layers", "heads", "seq", "batch", "impl", "warmup", "framework")] + \
+        [f"--steps={args.reps}"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TINYATTN_NUM_THREADS": "1"}
+    if args.mpi_async_progress:
+        env["MPIR_CVAR_ASYNC_PROGRESS"] = "1"
+    bench = ["-m", "tinyattn.tools.bench"]
+    launcher = ["-m", "torch.distributed.run", "--standalone"] if args.framework == "torch" else \
+        ["-m", "tinyattn.distributed.run"]
+    one = [sys.executable, *bench, "train-step", *flags]
+    runs = {"one_process": [one], "independent": [one] * args.nproc,
+            "ranks": [[sys.executable, *launcher, f"--nproc-per-node={args.nproc}", *bench, "ddp", "--as-rank",
+                       f"--bucket-cap-mb={args.bucket_cap_mb}", *flags]]}
+    found = {}
+    for name, commands in runs.items():        # the commands of a run start together
+        started = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                   for command in commands]
+        lines = []
+        for command, process in zip(commands, started):
+            out, err = process.communicate()
+            if process.returncode != 0:
+                raise RuntimeError(f"bench ddp: {' '.join(command)} failed:\n{err[-3000:]}")
+            lines += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        found[name] = sorted(lines, key=lambda line: line.get("rank", 0))
+    one, ranks = found["one_process"][0], found["ranks"][0]
+    independent = max(line["median_s"] for line in found["independent"])   # a step waits for the slowest rank
+    result = {"command": "ddp", "framework": args.framework, "nproc": args.nproc, "bucket_cap_mb": args.bucket_cap_mb,
+              "one_process_median_s": one["median_s"], "ranks_median_s": ranks["median_s"],
+              "ddp_overhead_ratio": ranks["median_s"] / one["median_s"], "independent_median_s": independent,
+              "ddp_over_independent": ranks["median_s"] / independent, "params": one["params"],
+              "machine": one["machine"]}
+    if "allreduce_alone_s" in ranks:
+        # the communication a step did not hide: the wait at the end of backward of the rank that got there last
+        # (the others' waits include the time they waited for it); the median over the timed steps
+        steps = list(zip(*(rank["waits"] for rank in found["ranks"])))[args.warmup:args.warmup + args.reps]
+        wait = statistics.median(min(waits) for waits in steps)
+        result.update(buckets=ranks["buckets"], allreduce_alone_s=ranks["allreduce_alone_s"], end_wait_s=wait,
+                      hidden_fraction=1 - wait / ranks["allreduce_alone_s"],
+                      mpi_async_progress=bool(args.mpi_async_progress))
+    return result
+
+
+WORKLOADS = {"attention": attention_step, "train-step": train_step, "matmul": matmul_step, "ddp": ddp_rank_step}
 
 
 def measure(args):
@@ -198,7 +286,7 @@ def measure(args):
         result["gpu_pool_peak_mib"] = work.pool_peak_mib(step)
     if args.profile:
         result["profile"] = profile_steps(work, step, args.reps)
-    if args.command == "train-step":
+    if args.command in ("train-step", "ddp"):
         result["median_step_s"] = median
     if "approx_flops" in result:
         result["gflops_per_s"] = result["approx_flops"] / median / 1e9
@@ -276,11 +364,23 @@ def parse(argv):
     train.add_argument("--batch", type=int, default=8)
     train.add_argument("--steps", dest="reps", type=int, default=5)
     train.add_argument("--impl", default="naive", choices=["flash", "naive"])
+    ddp = sub.add_parser("ddp", parents=[common], help="the train step on N ranks (DistributedDataParallel, one "
+                         "thread each) against one process on a rank's share of the batch")
+    for name, default in (("--vocab", 256), ("--d-model", 128), ("--layers", 4), ("--heads", 4), ("--seq", 128),
+                          ("--batch", 8)):
+        ddp.add_argument(name, type=int, default=default, help="--batch: each rank's" if name == "--batch" else None)
+    ddp.add_argument("--steps", dest="reps", type=int, default=5)
+    ddp.add_argument("--impl", default="naive", choices=["flash", "naive"])
+    ddp.add_argument("--nproc", type=int, default=2, help="how many ranks")
+    ddp.add_argument("--bucket-cap-mb", type=float, default=25.0)
+    ddp.add_argument("--mpi-async-progress", action="store_true",
+                     help="MPICH's progress thread (MPIR_CVAR_ASYNC_PROGRESS=1) instead of Test() calls in the hooks")
+    ddp.add_argument("--as-rank", action="store_true", help=argparse.SUPPRESS)
     mm = sub.add_parser("matmul", parents=[common], help="a large float32 matmul: the machine's FLOP rate")
     mm.add_argument("--n", type=int, default=2048)
     mm.add_argument("--reps", type=int, default=5)
     args = parser.parse_args(argv)
-    if args.command == "train-step" and "--warmup" not in argv:
+    if args.command in ("train-step", "ddp") and "--warmup" not in argv:
         args.warmup = 2
     flags = {action.dest: action.option_strings[0] for action in sub.choices[args.command]._actions
              if action.option_strings}
@@ -297,13 +397,14 @@ def user_errors(args, flags):
     flags names each argument's option (--steps sets reps)."""
     errors = [f"{flags[name]} must be at least {low}, got {getattr(args, name)}"
               for name, low in (("n", 1), ("heads", 1), ("dim", 1), ("batch", 1), ("block_size", 1), ("reps", 1),
-                                ("warmup", 0), ("vocab", 1), ("d_model", 1), ("layers", 1), ("seq", 1))
+                                ("warmup", 0), ("vocab", 1), ("d_model", 1), ("layers", 1), ("seq", 1),
+                                ("nproc", 1))
               if getattr(args, name, None) is not None and getattr(args, name) < low]
     if args.command == "attention" and args.kv_heads is not None:
         if args.kv_heads < 1 or args.heads % args.kv_heads:
             errors.append(f"--kv-heads must be at least 1 and divide --heads (grouped-query attention), got "
                           f"--heads {args.heads} --kv-heads {args.kv_heads}")
-    if args.command == "train-step" and args.heads >= 1 and args.d_model % args.heads:
+    if args.command in ("train-step", "ddp") and args.heads >= 1 and args.d_model % args.heads:
         errors.append(f"--d-model must be a multiple of --heads, got --d-model {args.d_model} --heads {args.heads}")
     if args.framework == "torch":
         try:
@@ -323,8 +424,9 @@ def user_errors(args, flags):
 
 def main(argv=None):
     args = parse(sys.argv[1:] if argv is None else argv)
-    result = measure(args)
-    print(json.dumps(result))
+    result = ddp_compare(args) if args.command == "ddp" and not args.as_rank else measure(args)
+    sys.stdout.flush()
+    os.write(1, (json.dumps(result) + "\n").encode())     # one write: the lines of ranks never mix
     return result
 
 

@@ -1,5 +1,6 @@
 """torch.utils.data for ported code, laid out as PyTorch's package: dataset.py (Dataset, TensorDataset, Subset,
-random_split), sampler.py (the samplers), dataloader.py (DataLoader) and _utils/collate.py (default_collate), so
+random_split), sampler.py (the samplers), distributed.py (DistributedSampler), dataloader.py (DataLoader) and
+_utils/collate.py (default_collate), so
 `from torch.utils.data.dataloader import DataLoader` ports as `from tinyattn.utils.data.dataloader import DataLoader`.
 
 This is not tinyattn.data (the project's own datasets, plain NumPy arrays); a lesson that batches by hand, where the
@@ -8,8 +9,10 @@ batching is what it teaches, keeps doing so.
 from ._utils.collate import default_collate
 from .dataloader import DataLoader
 from .dataset import Dataset, Subset, TensorDataset, random_split
+from .distributed import DistributedSampler
 from .sampler import (BatchSampler, RandomSampler, Sampler, SequentialSampler, SubsetRandomSampler,
                       WeightedRandomSampler)
 
-__all__ = ["BatchSampler", "DataLoader", "Dataset", "RandomSampler", "Sampler", "SequentialSampler", "Subset",
-           "SubsetRandomSampler", "TensorDataset", "WeightedRandomSampler", "default_collate", "random_split"]
+__all__ = ["BatchSampler", "DataLoader", "Dataset", "DistributedSampler", "RandomSampler", "Sampler",
+           "SequentialSampler", "Subset", "SubsetRandomSampler", "TensorDataset", "WeightedRandomSampler",
+           "default_collate", "random_split"]

@@ -1,0 +1,2 @@
+"""torch.nn.parallel: data parallel training over the ranks of tinyattn.distributed."""
+from .distributed import DistributedDataParallel
