@@ -25,7 +25,7 @@ import pathlib
 import sys
 
 import tinyattn as ta
-from lessons.checking import cases, runner  # noqa: F401  (cases: importing it registers the thirteen checks)
+from lessons.checking import runner
 from lessons.checking.learners_file import (EXERCISES, Refused, add_learner_file, borrowed, shown as _shown,
                                             todos_left)
 from lessons.checking.learners_file import learners_or_bundled  # noqa: F401  (checker.learners_or_bundled stands)

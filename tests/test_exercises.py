@@ -20,6 +20,7 @@ from tinyattn.functional.softmax import ReferenceSoftmax
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from lessons import checker  # noqa: E402  (the repository root, not tests/, holds the lessons package)
+from lessons.checking import registry  # noqa: E402
 
 EXERCISES = list(checker._exercises)
 SOLUTIONS = checker.EXERCISES / "solutions"
@@ -40,8 +41,29 @@ def grade(capsys, *argv):
     return code, capsys.readouterr().out
 
 
-def test_every_exercise_has_a_file():
+def test_every_exercise_has_a_file_and_a_check_of_its_own():
+    checks = pathlib.Path(registry.checks.__file__).parent
+    assert {p.stem for p in checks.glob("*.py")} - {"__init__"} == set(EXERCISES)
     assert {p.stem for p in checker.EXERCISES.glob("*.py")} - {"__init__", "given"} == set(EXERCISES)
+
+
+def test_the_registry_lists_the_checks_folder_in_the_lessons_order(tmp_path, monkeypatch):
+    """A file dropped into checks/ registers itself, in its lesson's place; one without a marked check is an error
+    naming the file."""
+    folder = tmp_path / "checks"
+    shutil.copytree(pathlib.Path(registry.checks.__file__).parent, folder)
+    (folder / "zz_new.py").write_text("from lessons.checking.checks import exercise\n\n\n"
+                                      "@exercise('03', 'a new one', place=2)\ndef zz_new(learner):\n    pass\n")
+    monkeypatch.setattr(registry.checks, "__file__", str(folder / "__init__.py"))
+    monkeypatch.setattr(registry.checks, "__path__", [str(folder)])
+    for name in [m for m in sys.modules if m.startswith("lessons.checking.checks.")]:
+        monkeypatch.delitem(sys.modules, name)
+    names = list(registry._listed())
+    assert names[names.index("softmax_backward"):][:3] == ["softmax_backward", "attention", "zz_new"]
+    assert set(names) == set(EXERCISES) | {"zz_new"}
+    (folder / "zz_unmarked.py").write_text("def zz_unmarked(learner):\n    pass\n")
+    with pytest.raises(ImportError, match="zz_unmarked.py has no check function zz_unmarked"):
+        registry._listed()
 
 
 @instructors
