@@ -307,8 +307,9 @@ def test_no_child_outlives_its_grading_even_one_that_forges_its_end_or_whose_gra
     temporary folder is in tmp_path: every process of its grading holds it in its environment or command line."""
     env = {**os.environ, "TMPDIR": str(tmp_path / "tmp")}
     (tmp_path / "tmp").mkdir()
-    loop = ("import os\n        for fd in range(3, 64):\n            try:\n                os.write(fd, b'\\xff' * 64)\n"
-            "            except OSError:\n                pass\n        while True:\n            pass")
+    loop = ("import os\n        for fd in range(3, 64):\n            try:\n"
+            "                os.write(fd, b'\\xff' * 64)\n            except OSError:\n                pass\n"
+            "        while True:\n            pass")
     code, out, err = grade(submit(tmp_path, SOFTMAX.replace("return x", loop)), "--timeout", "20", env=env)
     assert code == 1 and "returned something that is not a result" in err, err
     assert gone(str(tmp_path)), f"{leftovers(str(tmp_path))} still run after their grading ended"

@@ -13,6 +13,7 @@
 - runner.py: the parent's side of a submission run apart: one child process per submission, its time limit, its
   output, why it stopped; the learner's names as stand-ins whose calls run in the child.
 - sandbox.py: the operating system's sandbox around each child (bubblewrap on Linux), and whether it runs here.
-- child.py: the child's side: loads the private copy of one file under an audit hook (a second line), computes what it is asked.
+- child.py: the child's side: loads the private copy of one file under an audit hook (a second line), computes
+  what it is asked.
 - protocol.py: what parent and child say to each other, as JSON and raw array bytes (nothing that can carry code).
 """

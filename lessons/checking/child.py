@@ -295,7 +295,7 @@ def _hook(solution, child, scratch):
             child.refuse(f"your code imports {args[0]}, {whose}: a submission is its own work", ImportError)
         elif event.startswith(_STARTS_PROCESSES):
             refuse(f"starts a process ({event})")
-        elif event == "os.chdir":                # relative names resolve from the scratch folder, as the hook reads them
+        elif event == "os.chdir":          # relative names resolve from the scratch folder, as the hook reads them
             refuse("changes its working folder")
         elif event == "os.killpg" or event == "os.kill" and args[0] != os.getpid():
             refuse(f"sends a signal to another process ({event}{args})")
