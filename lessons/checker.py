@@ -6,7 +6,8 @@ face; its parts are in lessons/checking/.
                                                               or the bundled solution (lessons/exercises/solutions/)
     python -m lessons check all [--dir DIR] [--json]          grade every exercise (in DIR), every step of each:
                                                               a summary table, or JSON for a grade book
-    (--timeout SECONDS: how long each submission may compute; lessons/checking/runner.py runs it apart)
+    (--timeout SECONDS: how long each submission may compute; lessons/checking/runner.py runs it apart, inside the
+    operating system's sandbox where bubblewrap runs (lessons/checking/sandbox.py); --require-sandbox: only there)
 
 A check runs in steps and stops at the first that fails, saying why: an exception in your code with the line it
 came from, gradcheck's message, or where your numbers leave the reference path's. A failing step still runs all its
@@ -25,7 +26,7 @@ import pathlib
 import sys
 
 import tinyattn as ta
-from lessons.checking import cases, runner  # noqa: F401  (cases: importing it registers the thirteen checks)
+from lessons.checking import runner, sandbox
 from lessons.checking.learners_file import (EXERCISES, Refused, add_learner_file, borrowed, shown as _shown,
                                             todos_left)
 from lessons.checking.learners_file import learners_or_bundled  # noqa: F401  (checker.learners_or_bundled stands)
@@ -213,7 +214,13 @@ def main(argv):
                                                             "a grade book), the steps to stderr")
     parser.add_argument("--timeout", type=float, default=runner.TIMEOUT, metavar="SECONDS",
                         help=f"how long each submission may compute, in all (default {runner.TIMEOUT:g})")
+    parser.add_argument("--require-sandbox", action="store_true",
+                        help="grade only inside the operating system's sandbox (bubblewrap): for an instructor's CI")
     args = parser.parse_args(argv[1:])
+    not_isolated = sandbox.unavailable()
+    if not_isolated and args.require_sandbox:
+        parser.exit(2, f"--require-sandbox: not graded, the sandbox cannot run here ({not_isolated}); "
+                       f"{sandbox.HOW_TO_GET}\n")
     if args.file and (args.file.is_dir() or args.file.suffix not in (".py", ".ipynb")):
         parser.error(f"--file {args.file}: not a .py file or a notebook (.ipynb)")
     if args.timeout <= 0:
@@ -230,6 +237,8 @@ def main(argv):
     texts = {name: read_submission(path) for name, path in paths.items()}      # all of them before any runs
     with contextlib.redirect_stdout(sys.stderr if args.json else sys.stdout):
         say_where_tinyattn_is()
+        if not_isolated:
+            print(sandbox.not_isolated(not_isolated))
         results = [check(name, paths[name], args.json or len(names) > 1, texts[name], args.timeout)
                    for name in names]
         if len(names) > 1:

@@ -7,6 +7,7 @@ import importlib
 import inspect
 import os
 import pathlib
+import signal
 import sys
 import traceback
 
@@ -20,27 +21,32 @@ from tinyattn import backend
 from tinyattn.tensor import Context
 
 GRADER = ("lessons.checker", "lessons.checking", "lessons.mistakes")     # modules a submission may not import
-_GRADER_FILES = [learners_file.LESSONS / "checker.py", learners_file.LESSONS / "checking",
-                 learners_file.LESSONS / "mistakes.py"]
 _OTHER_PROCESSES = ("/dev/fd/", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/pts/")   # and /proc/*/fd*
 _STARTS_PROCESSES = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.fork", "os.forkpty",
                      "os.spawn", "pty.spawn")
+_CHANGES_FILES = ("os.remove", "os.rename", "os.link", "os.symlink", "os.rmdir", "os.mkdir", "os.truncate",
+                  "os.chmod", "os.chown", "os.utime")
+_WRITES = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+FILE_SIZE = 16 << 20             # RLIMIT_FSIZE: bytes of any file the child writes, its output among them
+PROCESSES = 64                   # RLIMIT_NPROC in the sandbox (its user namespace counts its own processes)
+FIGURES = ".matplotlib"          # matplotlib's folder in the scratch folder (MPLCONFIGDIR): its font lists
 
 
 class Borrowed(Exception):
     """The submission called the library's twin of what it hands in."""
 
 
-def serve(connection, output, memory_limit):
-    """The child's life: its stdout and stderr go to the file output (the parent shows it as the learner's output),
-    its address space is limited to memory_limit bytes (None: no limit), then it answers messages until the parent
-    closes the pipe."""
-    with open(output, "ab", buffering=0) as sink:
-        sys.stdout.flush(), sys.stderr.flush()
-        os.dup2(sink.fileno(), 1), os.dup2(sink.fileno(), 2)
+def serve(connection, output, memory_limit, sandboxed=False):
+    """The child's life: its stdout and stderr go to the file output (the parent shows it as the learner's output;
+    None: they go there already), its address space is limited to memory_limit bytes (None: no limit), each file
+    it writes to FILE_SIZE bytes (and, sandboxed, its processes to PROCESSES), then it says it is ready and answers
+    messages until the parent closes the pipe."""
+    if output is not None:
+        with open(output, "ab", buffering=0) as sink:
+            sys.stdout.flush(), sys.stderr.flush()
+            os.dup2(sink.fileno(), 1), os.dup2(sink.fileno(), 2)
     if sys.platform == "linux":               # die with the process that started this one, should it be killed
         import ctypes
-        import signal
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)                     # 1: PR_SET_PDEATHSIG
     if os.name == "posix" and hasattr(connection, "fileno"):
         # Nothing but the pipe and the output stays open: a file descriptor inherited from the process that started
@@ -48,16 +54,39 @@ def serve(connection, output, memory_limit):
         keep = connection.fileno()
         os.closerange(3, keep)
         os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
-    if memory_limit:
+    if os.name == "posix":
         import resource
-        resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
+        limits = {resource.RLIMIT_AS: memory_limit, resource.RLIMIT_FSIZE: FILE_SIZE,
+                  resource.RLIMIT_NPROC: PROCESSES if sandboxed else None}
+        for limit, value in limits.items():
+            if value:
+                resource.setrlimit(limit, (value, value))
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)      # a write past FILE_SIZE fails (EFBIG), kills nothing
+    sys.dont_write_bytecode = True                         # nothing written outside the scratch folder
     child = Child()
+    protocol.write(connection, {"ready": True})
     while True:
         try:
             message = protocol.read(connection)
         except EOFError:
             return
-        protocol.write(connection, child.answer(message))
+        reply = child.answer(message)
+        try:
+            data = protocol.encode(reply)
+        except (TypeError, ValueError) as error:               # an answer that is not arrays of numbers
+            data = protocol.encode({"error": describe(error)})
+        protocol.send(connection, data)
+
+
+def cleared_environment(environ, scratch):
+    """What the child keeps of the environment environ (the grader's: an instructor's secrets, perhaps): tinyattn's
+    settings (TINYATTN_*) and what Python needs to find the library and the lessons and to write nowhere but in the
+    scratch folder."""
+    roots = dict.fromkeys([str(learners_file.LESSONS.parent), str(learners_file.PACKAGE.parent)])
+    return {**{key: value for key, value in environ.items() if key.startswith("TINYATTN_")},
+            "PATH": "/usr/bin:/bin", "HOME": scratch, "TMPDIR": scratch, "MPLCONFIGDIR": os.path.join(scratch, FIGURES),
+            "PYTHONPATH": os.pathsep.join(roots), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1",
+            "LANG": "C.UTF-8"}
 
 
 class Child:
@@ -96,10 +125,13 @@ class Child:
         path = pathlib.Path(folder) / filename
         path.write_bytes(text.tobytes())
         os.chdir(folder)
+        environment = cleared_environment(os.environ, folder)
+        os.environ.clear()
+        os.environ.update(environment)
         for twin in twins:
             _stand_in(twin, self)
         _forget_the_grader()
-        sys.addaudithook(_hook(solution, self))
+        sys.addaudithook(_hook(solution, self, folder))
         found = {}
         for name, value in vars(learners_file.load(path)).items():
             if isinstance(value, type) and issubclass(value, ta.Function):
@@ -186,11 +218,13 @@ def describe(error):
 
 
 def _stand_in(twin, child):
-    """Put a stand-in in place of the library's twin of what the learner hands in, wherever the library holds it:
-    twin is a public function with twins ("softmax": both of its Functions) or "module:name", a function or a class
-    (constructing it is the call: "tinyattn.data.bpe:ByteLevelBPE"). The stand-in's
-    code reads as the library's file (so the source check refuses a re-export of it as the library's code); called,
-    it records why the submission is refused and raises."""
+    """Make the library's twin of what the learner hands in refuse when called, under every name it is reachable
+    by: twin is a public function with twins ("softmax": both of its Functions) or "module:name", a function or a
+    class (constructing it is the call: "tinyattn.data.bpe:ByteLevelBPE"). A class is changed in place (its
+    forward and backward, or its constructor, refuse), so the registry, Function.__subclasses__() and every module
+    holding it hold the refusing class; a function is replaced in every tinyattn module by a stand-in whose code
+    reads as the library's file (so the source check refuses a re-export of it as the library's code). Called, it
+    records why the submission is refused and raises."""
     if ":" in twin:
         module, name = twin.split(":")
         originals = [getattr(importlib.import_module(module), name)]
@@ -200,24 +234,22 @@ def _stand_in(twin, child):
     for original in originals:
         why = f"{original.__name__} of the library ({inspect.getfile(original)}) was called by the submission: a " \
               f"submission computes what it hands in itself"
+        scope = {"refuse": functools.partial(child.refuse, why)}
+        exec(compile("def twin(*args, **kwargs):\n    refuse()\n", inspect.getfile(original), "exec"), scope)
+        refusing = scope["twin"]
         if isinstance(original, type) and issubclass(original, ta.Function):
-            source = ("class Twin(Function):\n    @staticmethod\n    def forward(ctx, *args, **kwargs):\n"
-                      "        refuse()\n\n    @staticmethod\n    def backward(ctx, grad):\n        refuse()\n")
+            original.forward, original.backward = staticmethod(refusing), staticmethod(refusing)
+        elif isinstance(original, type):
+            original.__init__ = refusing
         else:
-            source = "def Twin(*args, **kwargs):\n    refuse()\n"           # a function, or a class to construct
-        scope = {"Function": ta.Function, "refuse": functools.partial(child.refuse, why)}
-        exec(compile(source, inspect.getfile(original), "exec"), scope)
-        stand_in = scope["Twin"]
-        stand_in.__name__ = stand_in.__qualname__ = original.__name__
-        stand_in.__module__ = original.__module__
-        stand_ins[id(original)] = stand_in
+            refusing.__name__ = refusing.__qualname__ = original.__name__
+            refusing.__module__ = original.__module__
+            stand_ins[id(original)] = refusing
     for name, module in list(sys.modules.items()):
         if name.split(".")[0] == "tinyattn" and module is not None:
             for attribute, value in list(vars(module).items()):
                 if id(value) in stand_ins:
                     setattr(module, attribute, stand_ins[id(value)])
-    if ":" not in twin:
-        F.twins._twins[twin] = tuple(stand_ins[id(f)] for f in originals)
 
 
 def _forget_the_grader():
@@ -228,32 +260,63 @@ def _forget_the_grader():
             del sys.modules[name]
 
 
-def _hook(solution, child):
-    """The audit hook (it cannot be removed): no opening or importing the bundled solutions (unless the file graded
-    is one) or the grader's modules, no writing to another process's files through /proc or /dev/fd, no starting
-    processes. What it refuses refuses the submission (child.refuse)."""
-    refused_files = {"the grader's code": _GRADER_FILES, "a bundled solution": [] if solution else
-                     [learners_file.SOLUTIONS]}
+def _hook(solution, child, scratch):
+    """The audit hook, a second line behind the sandbox and the only one without it (it cannot be removed): no
+    opening or importing the bundled solutions (unless the file graded is one), no importing the grader's modules,
+    no writing, deleting or linking outside the scratch folder, no opening a folder outside it and no leaving it
+    (os.chdir: the hook sees the names that calls with a dir_fd give, not the folder, so every folder held open and
+    the working folder are the scratch folder's), no reaching another process (its files through /proc or
+    /dev/fd, a signal), no starting processes, no ctypes. What it refuses refuses the submission (child.refuse).
+    Correct code does none of these; reading the grader's code, as a warning's or a traceback's lines do, is allowed
+    (the sandbox shows the child's own modules only)."""
+    solutions = [] if solution else [str(learners_file.SOLUTIONS)]
     refused_modules = GRADER + (() if solution else ("lessons.exercises.solutions",))
+
+    def refuse(what):
+        child.refuse(f"your code {what}: a submission computes in its own process, on its own file", PermissionError)
 
     def hook(event, args):
         if event == "open" and isinstance(args[0], (str, bytes)):
-            path = os.path.abspath(os.fsdecode(args[0]))
-            whose = _whose(path, refused_files) or _whose(os.path.realpath(path), refused_files)
+            given, mode, flags = os.fsdecode(args[0]), args[1], args[2]
+            path = os.path.abspath(given)
+            if mode is None and os.path.isdir(path) and not _inside(path, scratch):
+                refuse(f"opens the folder {path} (whose descriptor would reach its files through dir_fd)")
+            whose = _whose(path, solutions) or _whose(os.path.realpath(path), solutions)
             if whose:
                 child.refuse(f"your code opens {path}, {whose}: a submission reads only its own file", PermissionError)
+            if (any(c in mode for c in "wax+") if mode else flags & _WRITES) and not _inside(path, scratch):
+                refuse(f"writes {path}, outside its own folder")
+        elif event.startswith(_CHANGES_FILES):          # (relative to a dir_fd: one of the scratch folder's)
+            for path in (os.path.abspath(os.fsdecode(a)) for a in args if isinstance(a, (str, bytes, os.PathLike))):
+                if not _inside(path, scratch):
+                    refuse(f"changes {path} ({event}), outside its own folder")
         elif event == "import" and isinstance(args[0], str) and args[0].startswith(refused_modules):
             whose = "a bundled solution" if args[0].startswith("lessons.exercises") else "the grader's code"
             child.refuse(f"your code imports {args[0]}, {whose}: a submission is its own work", ImportError)
         elif event.startswith(_STARTS_PROCESSES):
-            child.refuse(f"your code starts a process ({event}): a submission computes in its own", PermissionError)
+            refuse(f"starts a process ({event})")
+        elif event == "os.chdir":          # relative names resolve from the scratch folder, as the hook reads them
+            refuse("changes its working folder")
+        elif event == "os.killpg" or event == "os.kill" and args[0] != os.getpid():
+            refuse(f"sends a signal to another process ({event}{args})")
+        elif event.startswith("ctypes."):
+            refuse(f"calls C through ctypes ({event})")
     return hook
 
 
-def _whose(path, refused_files):
-    """Whose path is, when a submission may not open it: another process's output (/proc/PID/fd, /dev/stdout, a
-    terminal), or the name of a group in refused_files (name -> files and folders); else None."""
-    if path.startswith(_OTHER_PROCESSES) or path.startswith("/proc/") and "/fd" in path:
-        return "another process's output"
-    return next((whose for whose, files in refused_files.items()
-                 if any(path == str(f) or path.startswith(str(f) + os.sep) for f in files)), None)
+def _inside(path, folder):
+    return path == folder or path.startswith(folder + os.sep)
+
+
+def _whose(path, solutions):
+    """Whose path is, when a submission may not open it: another process's (/proc/PID/fd, its environment or
+    memory, /dev/stdout, a terminal) or a bundled solution (under one of the folders solutions); else None."""
+    if path.startswith(_OTHER_PROCESSES) or path.startswith("/proc/") and any(
+            part in path for part in ("/fd", "/environ", "/mem", "/map_files", "/root", "/cwd")):
+        return "another process's files"
+    return "a bundled solution" if any(_inside(path, folder) for folder in solutions) else None
+
+
+if __name__ == "__main__":                 # in the sandbox (sandbox.py): python -m lessons.checking.child FD MEMORY
+    from multiprocessing.connection import Connection
+    serve(Connection(int(sys.argv[1])), None, int(sys.argv[2]) or None, sandboxed=True)

@@ -24,7 +24,11 @@ class Garbled(Exception):
 
 def write(connection, value):
     """Send the message holding value down the pipe (a multiprocessing Connection)."""
-    data = encode(value)
+    send(connection, encode(value))
+
+
+def send(connection, data):
+    """Send the bytes of a message (encode's) down the pipe."""
     if not BY_FD:
         connection.send_bytes(data)
         return
@@ -74,6 +78,9 @@ def _plain(value, arrays):
     if isinstance(value, np.ndarray):
         if value.dtype.kind not in "biuf":
             raise TypeError(f"an array of {value.dtype} cannot be sent: only numbers and booleans")
+        if value.nbytes > LARGEST:                     # a broadcast view is small until it is copied
+            raise ValueError(f"an array of shape {value.shape} and {value.dtype} ({value.nbytes:,} bytes) cannot be "
+                             f"sent: more than {LARGEST:,} bytes")
         arrays.append(np.ascontiguousarray(value))
         return {"array": [value.dtype.str, list(value.shape)]}
     if isinstance(value, list):

@@ -1,28 +1,23 @@
-"""The exercises' registry: each check function under its exercise's name, with its lesson, its title, the methods
-the exercise hands over and the library's versions of its answer."""
-from dataclasses import dataclass
+"""The exercises' registry: every check in lessons/checking/checks/, found by listing the folder, under its
+exercise's name, in the order of the lessons (each exercise with its lesson, its title, the methods it hands over
+and the library's versions of its answer: checks.Exercise)."""
+import importlib
+import pathlib
+
+from lessons.checking import checks
 
 
-@dataclass
-class Exercise:
-    name: str
-    lesson: str
-    title: str
-    check: callable
-    given: tuple = ()
-    twins: tuple = ()
+def _listed():
+    """name -> Exercise for every checks/NAME.py, by lesson and place within it."""
+    found = []
+    for path in sorted(pathlib.Path(checks.__file__).parent.glob("*.py")):
+        if path.stem == "__init__":
+            continue
+        check = getattr(importlib.import_module(f"{checks.__name__}.{path.stem}"), path.stem, None)
+        if not hasattr(check, "exercise"):
+            raise ImportError(f"{path} has no check function {path.stem}(learner) marked with @exercise(...)")
+        found.append(check.exercise)
+    return {item.name: item for item in sorted(found, key=lambda item: (item.lesson, item.place))}
 
 
-registered = {}
-
-
-def exercise(lesson, title, given=(), twins=()):
-    """Register a check function under its own name, which is also its file's name in lessons/exercises/. given:
-    the methods the exercise hands over from the library ("FlashAttention.backward"); every other forward and
-    backward that the check reads from the learner's file must be the learner's own. twins: the library's versions
-    of the answer (a public function with twins, "softmax", or "module:function"), which the child running the
-    learner's file replaces with stand-ins that refuse the submission when called."""
-    def register(check):
-        registered[check.__name__] = Exercise(check.__name__, lesson, title, check, tuple(given), tuple(twins))
-        return check
-    return register
+registered = _listed()

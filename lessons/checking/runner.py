@@ -1,5 +1,6 @@
 """The grader's parent side of one submission: a child process (child.py) that loads the learner's file and runs
-its code on the arrays the parent sends, with a time limit and, on the CPU, a memory limit. The parent never
+its code on the arrays the parent sends, with a time limit and, on the CPU, a memory limit, inside the operating
+system's sandbox where it runs (sandbox.py: bubblewrap on Linux), else as a plain process. The parent never
 imports the learner's code: the learner's names are stand-ins here (a Function class whose forward and backward, or
 a function whose call, run in the child), so the checks run the models, gradcheck and the reference path in the
 parent and only the learner's own math in the child. A child that exits, is killed, times out or answers garbage
@@ -11,6 +12,7 @@ import pathlib
 import select
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -19,7 +21,7 @@ import weakref
 import numpy as np
 
 import tinyattn as ta
-from lessons.checking import child, protocol
+from lessons.checking import child, protocol, sandbox
 from lessons.checking.learners_file import Refused
 from tinyattn import backend
 
@@ -29,6 +31,9 @@ TIMEOUT = 60.0                   # seconds a submission's children may compute, 
 MEMORY = 1 << 30                 # RLIMIT_AS of a child on the CPU: the heaviest exercise's child peaks at 235 MB
 #                                  of address space started by spawn, 200 MB by the fork server
 OUTPUT_LINES = 40                # lines of a submission's output shown
+OUTPUT_BYTES = 16 << 10          # bytes of it read, at most (the child writes at most child.FILE_SIZE)
+STARTING = 120.0                 # seconds a child may take to start (Python, NumPy, tinyattn), before the
+#                                  submission's time counts: about 1 s in the sandbox on a loaded 2-core Zen 5
 
 
 def start_method():
@@ -98,33 +103,62 @@ class Learner:
         return self._exchange(op, arguments)
 
     def output(self):
-        """Stop the child; what it printed (stdout and stderr), at most OUTPUT_LINES lines."""
+        """Stop the child; what it printed (stdout and stderr), at most OUTPUT_LINES lines of its first
+        OUTPUT_BYTES bytes."""
         self._stop()
-        path = self.folder / "output"
-        text = path.read_bytes().decode("utf-8", "replace") if path.exists() else ""
+        try:
+            with open(self.folder / "output", "rb") as file:
+                head, size = file.read(OUTPUT_BYTES), os.fstat(file.fileno()).st_size
+        except FileNotFoundError:
+            head, size = b"", 0
         shutil.rmtree(self.folder, ignore_errors=True)
-        lines = text.splitlines()
+        lines = head.decode("utf-8", "replace").splitlines()
+        if size > len(head):
+            return lines[:OUTPUT_LINES] + [f"... and more: {size:,} bytes in all, of which the first {len(head):,} "
+                                           "are read"]
         more = len(lines) - OUTPUT_LINES
         return lines[:OUTPUT_LINES] + ([f"... and {more} more lines"] if more > 0 else [])
 
     def _start(self):
         if self.spent >= self.timeout:
             raise Stopped(f"the process running your file timed out after {self.timeout:g} s")
-        context = multiprocessing.get_context(start_method())
-        if context.get_start_method() == "forkserver":
-            context.set_forkserver_preload(["lessons.checking.child"])
-        self.connection, theirs = context.Pipe()
         memory = MEMORY if self.load_arguments["device"] == "cpu" and sys.platform != "win32" else None
-        self.process = context.Process(target=child.serve, args=(theirs, str(self.folder / "output"), memory),
-                                       daemon=True, name=f"grading {self.filename}")
-        self.process.start()
+        private = self.folder / "copy"
+        if sandbox.unavailable() is None:
+            self.connection, theirs = multiprocessing.Pipe()
+            with open(self.folder / "output", "ab") as sink:
+                self.process = _Sandboxed(subprocess.Popen(
+                    sandbox.command(str(private), self.load_arguments["device"]) + [str(theirs.fileno()),
+                                                                                     str(memory or 0)],
+                    stdin=subprocess.DEVNULL, stdout=sink, stderr=sink, pass_fds=[theirs.fileno()],
+                    env=child.cleared_environment(os.environ, str(private))))
+        else:
+            context = multiprocessing.get_context(start_method())
+            if context.get_start_method() == "forkserver":
+                context.set_forkserver_preload(["lessons.checking.child"])
+            self.connection, theirs = context.Pipe()
+            self.process = context.Process(target=child.serve, args=(theirs, str(self.folder / "output"), memory),
+                                           daemon=True, name=f"grading {self.filename}")
+            self.process.start()
+            (private / child.FIGURES).mkdir(parents=True, exist_ok=True)
+            for path in sandbox.font_lists():
+                shutil.copyfile(path, private / child.FIGURES / path.name)
         theirs.close()
         if protocol.BY_FD:
             self.poller = select.poll()
             self.poller.register(self.connection.fileno(), select.POLLIN)
         self.freed = []                                 # the contexts of a stopped child went with it
-        private = self.folder / "copy"
-        private.mkdir(exist_ok=True)
+        try:                                            # started: nothing of the learner's has run yet
+            ready = protocol.read(self.connection, self._ready, time.monotonic() + STARTING)
+        except TimeoutError:
+            self._stop()
+            raise Stopped(f"the process to run your file did not start within {STARTING:g} s") from None
+        except (EOFError, OSError):
+            raise self._ended() from None
+        except protocol.Garbled as error:
+            raise self._garbage(str(error)) from None
+        if ready != {"ready": True}:
+            raise self._garbage(f"{str(ready)[:60]!r} for the word that it is ready")
         return self._exchange("load", dict(folder=str(private), filename=self.filename,
                                            text=np.frombuffer(self.text, np.uint8), **self.load_arguments))
 
@@ -220,6 +254,28 @@ class Learner:
             return learner.request("call", name=name, args=child.to_host(list(args)), kwargs=child.to_host(kwargs))
         remote.__name__ = remote.__qualname__ = name
         return remote
+
+
+class _Sandboxed:
+    """A child in the sandbox, as the runner handles a multiprocessing.Process: join, exitcode, kill."""
+
+    def __init__(self, popen):
+        self.popen = popen
+
+    def join(self, timeout=None):
+        try:
+            self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+
+    @property
+    def exitcode(self):
+        """As multiprocessing's: -N for a child killed by signal N (bwrap exits with 128 + N)."""
+        code = self.popen.poll()
+        return 128 - code if code is not None and code > 128 else code
+
+    def kill(self):
+        self.popen.kill()
 
 
 def _random_state(device):
