@@ -426,7 +426,8 @@ def main(argv=None):
     args = parse(sys.argv[1:] if argv is None else argv)
     result = ddp_compare(args) if args.command == "ddp" and not args.as_rank else measure(args)
     sys.stdout.flush()
-    os.write(1, (json.dumps(result) + "\n").encode())     # one write: the lines of ranks never mix
+    sys.stdout.write(json.dumps(result) + "\n")      # the line whole, then flushed at once: the lines of ranks
+    sys.stdout.flush()                                 # never mix (and sys.stdout, not fd 1: callers may capture it)
     return result
 
 
