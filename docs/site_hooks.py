@@ -1,7 +1,8 @@
 """mkdocs hooks that build the course site from the repository as it is, with no copies kept in docs/: the home page
 is the README, each lesson page is the lesson's `.py` (rendered and executed by mkdocs-jupyter, which reads the
 `# %%` cells with jupytext), the exercises page is lessons/exercises/README.md, and the README's gallery images come
-from plots/. A lesson page opens with a box giving the three ways to go through it.
+from plots/. A lesson page opens with a box giving the three ways to go through it. The table of activation points
+in interpret.md is made from tinyattn.interpret.POINTS.
 
 TINYATTN_SITE_LESSONS=06,08 builds the pages of those lessons only (the browser test's small site)."""
 import hashlib
@@ -20,6 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LESSON = re.compile(r"^(\d\d)_\w+\.py$")
 sys.path.insert(0, str(ROOT))
 from lessons.__main__ import lesson_files  # noqa: E402 (the lessons' own order)
+from tinyattn.interpret import POINTS  # noqa: E402
 
 
 def lessons():
@@ -89,6 +91,22 @@ def on_files(files, config):
         files.append(File(str(path.relative_to(ROOT)), src_dir=str(ROOT), dest_dir=config.site_dir,
                           use_directory_urls=config.use_directory_urls))
     return files
+
+
+POINTS_ROWS = "| (a row for each point of `tinyattn.interpret.POINTS`: the site writes them here) | | |"
+
+
+def points_beside_transformer_lens(markdown):
+    """interpret.md with its marker row replaced by a row for each point of POINTS: its name, its shape and what
+    flows there, and what TransformerLens has at that name. The table is written once, as data."""
+    if POINTS_ROWS not in markdown:
+        raise PluginError(f"interpret.md has lost the row the points table goes in: {POINTS_ROWS}")
+    rows = [f"| `{name}` | {shape}: {what} | {theirs} |" for name, shape, what, theirs in POINTS]
+    return markdown.replace(POINTS_ROWS, "\n".join(rows))
+
+
+def on_page_markdown(markdown, page, config, files):
+    return points_beside_transformer_lens(markdown) if page.file.src_uri == "interpret.md" else markdown
 
 
 def run_it_yourself(number):
