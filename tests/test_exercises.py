@@ -259,6 +259,20 @@ def test_a_flash_forward_whose_l_is_m_plus_l_is_told_the_output_agrees_and_l_doe
     assert "row          m          l  m + log l      yours" in out and "L, yours" not in out
 
 
+def test_flash_forwards_mistakes_of_l_are_named_only_when_the_numbers_match():
+    from lessons import mistakes
+    m, l = np.array([[1.5], [-2.0], [-np.inf]]), np.array([[2.0], [3.0], [0.0]])      # the last row sees no key
+    log_l = np.log(np.where(l > 0, l, 1))
+    right = np.where(l > 0, m + log_l, np.inf)
+    pattern = mistakes.FLASH_FORWARD_PATTERNS[frozenset({"L"})]
+    for mine, named in ((np.where(l > 0, m + l, np.inf), "L = m + l"), (np.where(l > 0, log_l, np.inf), "L = log l"),
+                        (np.where(l > 0, m, np.inf), "L = m:"), (np.where(l > 0, right, 0.0), "must get L = +inf")):
+        hints = mistakes.flash_forward(mine, m, l, {"L"})
+        assert hints[0] == pattern and len(hints) == 2 and named in hints[1], (named, hints)
+    assert mistakes.flash_forward(right + 0.5, m, l, {"L"}) == [pattern]               # no mistake it matches
+    assert mistakes.flash_forward(right, m, l, {"output"})[0].startswith("L is right, so m and l are: look at acc")
+
+
 @instructors
 def test_a_flash_backward_without_its_row_term_shows_the_first_tile_whose_ds_differs(tmp_path, capsys):
     mine = with_mistake(tmp_path, "flash_backward", ("grad_s = p * (grad_p - D[..., rows, :])", "grad_s = p * grad_p"))

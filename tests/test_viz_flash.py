@@ -69,10 +69,12 @@ def test_the_player_steps_in_a_real_browser(trace, tmp_path):
         driver.get(path.as_uri())
         root = driver.find_element(By.CSS_SELECTOR, ".tinyattn-view")
         caption = driver.find_element(By.CSS_SELECTOR, ".caption")
-        assert root.get_attribute("data-step") == "0" and caption.text.startswith("forward tile 1 of 6 (query rows 0-15, keys 0-15)")
+        assert root.get_attribute("data-step") == "0"
+        assert caption.text.startswith("forward tile 1 of 6 (query rows 0-15, keys 0-15)")
         driver.find_element(By.CSS_SELECTOR, "button.next").click()
         driver.find_element(By.CSS_SELECTOR, "button.next").click()
-        assert root.get_attribute("data-step") == "2" and caption.text.startswith("forward tile 3 of 6 (query rows 16-31, keys 16-31)")
+        assert root.get_attribute("data-step") == "2"
+        assert caption.text.startswith("forward tile 3 of 6 (query rows 16-31, keys 16-31)")
         driver.find_element(By.CSS_SELECTOR, "button.previous").click()
         assert root.get_attribute("data-step") == "1"
         assert driver.find_element(By.CSS_SELECTOR, "img.frame").get_attribute("src").startswith("data:image/png")
