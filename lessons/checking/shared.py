@@ -12,7 +12,7 @@ from lessons.checking.comparison import (assert_close, assert_stays_float32, com
 from lessons.checking.learners_file import Refused
 from lessons.checking.steps import Failed, Mismatch, Run, indented, step
 from lessons.checking.training import TRAINING_STEPS, train_like_the_reference
-from lessons.flash_trace_compare import compare_traces, last_m_and_l
+from lessons.flash_trace_compare import compare_traces, keeping_lse, last_m_and_l
 from tinyattn.functional.flash_attention import ReferenceFlashAttention
 
 
@@ -117,20 +117,11 @@ def _show_trace(function, which):
 
 def _output_and_lse(function, call, arrays):
     """The output of call(*arrays) with function in flash attention's slot, and the L its forward saved for
-    backward (the fifth of q, k, v, out, L, mask, as the given backward reads them; None where it saved something
-    else). A Function run in the grader's child says what it saved there (runner.py's saved_tensors_of)."""
-    saved = []
-
-    class Saving(function):
-        @staticmethod
-        def forward(ctx, *args):
-            out = function.forward(ctx, *args)
-            saved.extend(getattr(function, "saved_tensors_of", lambda ctx: ctx.saved_tensors)(ctx))
-            return out
-
-    with use(flash_attention=Saving):
+    backward (flash_trace_compare.keeping_lse)."""
+    kept = []
+    with use(flash_attention=keeping_lse(function, kept)):
         out = call(*(None if a is None else ta.tensor(a, requires_grad=i < 3) for i, a in enumerate(arrays)))
-    return out.numpy(), (saved[4] if len(saved) == 6 else None)
+    return out.numpy(), kept[0]
 
 
 def _forward_verdict(function, call, arrays, options):
