@@ -96,8 +96,8 @@ def check_flash(function, which):
 def _show_trace(function, which):
     """Where the learner's loop calls trace(...) (lessons/exercises/given.py): its values beside the library's at
     the first tile where they differ, or its L after a row block's last tile (lessons/flash_trace_compare.py), with
-    the rows that explain it, head 0 of each array. Nothing where the loop
-    makes no trace call or agrees with the library's: an explanation of a failure, never a failure of its own."""
+    the rows that explain it, head 0 of each array. Nothing where the loop makes no trace call or agrees with the
+    library's: an explanation of a failure, never a failure of its own."""
     try:
         difference = compare_traces(function, which, record=getattr(function, "trace_calls", None))
     except Exception:              # the learner's code fails on the trace's case: the steps have said how already
