@@ -148,13 +148,11 @@ for r in forward_records:
               f"{r['m'][0, 0, i, 0]:7.3f}, rescale {r['alpha'][0, 0, i, 0]:.3f}, l {r['l'][0, 0, i, 0]:7.3f}")
 assert trace_tiles == 10 and trace_max_error <= 1e-12
 rescaled = [i for i, r in enumerate(forward_records) if r["alpha"].min() < 1]
-fig = viz.flash_frame(traced.records, rescaled[-1], traced.output)
+fig = viz.flash_frame(traced, rescaled[-1])                    # the trace itself: its records, output and grads
 viz.save(fig, plot_path(args, "04_flash_tile.png"))
 if not args.quick:                                                        # a few seconds of drawing: full runs only
-    print("animation:", viz.flash_animation(traced.records, plot_path(args, "04_flash_tiles.gif"), traced.output,
-                                            traced.grads))
-    viz.save(viz.flash_player_html(traced.records, traced.output, traced.grads),
-             plot_path(args, "04_flash_tiles.html"))
+    print("animation:", viz.flash_animation(traced, plot_path(args, "04_flash_tiles.gif")))
+    viz.save(viz.flash_player_html(traced), plot_path(args, "04_flash_tiles.html"))
 
 # %% [markdown]
 # The package's fast twin (`flash_attention_fast.py`) has no running max to watch: it fixes each row's shift from
