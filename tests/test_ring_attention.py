@@ -1,12 +1,11 @@
 """Ring attention (tinyattn/distributed/ring_attention.py): on 1, 2 and 3 ranks started by mpiexec (3 oversubscribed
 on 2 cores), every rank's output and gradients equal attention on the whole sequence (tests/ring_attention_ranks.py
 asserts them on each rank); in this process, a world of 1, gradcheck and the refusals."""
-import numpy as np
 import pytest
 
 import tinyattn as ta
 import tinyattn.distributed as dist
-from tinyattn.distributed import ring_attention as ring
+from tinyattn.distributed.ring_attention import _block_pairs, ring_attention, sequence_indices, sequence_pieces
 from test_distributed import HERE, ranks
 
 pytest.importorskip("mpi4py", reason='tinyattn.distributed needs mpi4py: pip install -e ".[distributed]"')
@@ -33,31 +32,31 @@ def test_gradcheck_in_a_world_of_one(world_of_one, is_causal, twin):
     q, k = (ta.randn(2, 4, 3).double().requires_grad_() for _ in range(2))
     v = ta.randn(2, 4, 5).double().requires_grad_()
     with ta.reference(twin):
-        assert ta.gradcheck(lambda *t: ring.ring_attention(*t, is_causal=is_causal, layout="zigzag"), (q, k, v))
+        assert ta.gradcheck(lambda *t: ring_attention(*t, is_causal=is_causal, layout="zigzag"), (q, k, v))
 
 
 def test_pieces_and_the_causal_work_each_layout_gives_each_rank():
-    assert ring.sequence_pieces(12, 1, 3) == [(4, 8)]
-    assert ring.sequence_pieces(12, 1, 3, "zigzag") == [(2, 4), (8, 10)]
-    assert ring.sequence_indices(8, 0, 2, "zigzag").tolist() == [0, 1, 6, 7]
+    assert sequence_pieces(12, 1, 3) == [(4, 8)]
+    assert sequence_pieces(12, 1, 3, "zigzag") == [(2, 4), (8, 10)]
+    assert sequence_indices(8, 0, 2, "zigzag").tolist() == [0, 1, 6, 7]
     # the scores each rank computes under a causal mask over the whole ring (length 32 on 4 ranks): contiguous
     # rank r 64 (r + 1), the last one 4 times the first; zigzag 144 on each (its diagonal blocks are smaller)
     for layout, work in (("contiguous", [64, 128, 192, 256]), ("zigzag", [144] * 4)):
         scores = [sum((rows.stop - rows.start) * (cols.stop - cols.start) for s in range(4)
-                      for rows, cols, _ in ring._block_pairs(r, s, 8, 4, layout, True)) for r in range(4)]
+                      for rows, cols, _ in _block_pairs(r, s, 8, 4, layout, True)) for r in range(4)]
         assert scores == work, (layout, scores)
     with pytest.raises(ValueError, match='layout "zigzag" cuts the sequence into 6 equal chunks on a world of 3: '
                                          "the length 9 is not a multiple of 6"):
-        ring.sequence_pieces(9, 0, 3, "zigzag")
+        sequence_pieces(9, 0, 3, "zigzag")
 
 
 def test_bad_inputs_are_refused_naming_them(world_of_one):
     q = ta.zeros(2, 4, 3)
     with pytest.raises(ValueError, match=r"\(2, 4, 3\), \(2, 5, 3\) and \(2, 4, 3\)"):
-        ring.ring_attention(q, ta.zeros(2, 5, 3), q)
+        ring_attention(q, ta.zeros(2, 5, 3), q)
     with pytest.raises(ValueError, match="float32, float64 and float32"):
-        ring.ring_attention(q, q.double(), q)
+        ring_attention(q, q.double(), q)
     with pytest.raises(ValueError, match="layout must be one of"):
-        ring.ring_attention(q, q, q, layout="striped")
+        ring_attention(q, q, q, layout="striped")
     with pytest.raises(ValueError, match="the length 3 is not a multiple of 2"):
-        ring.ring_attention(ta.zeros(3, 2), ta.zeros(3, 2), ta.zeros(3, 2), layout="zigzag")
+        ring_attention(ta.zeros(3, 2), ta.zeros(3, 2), ta.zeros(3, 2), layout="zigzag")
