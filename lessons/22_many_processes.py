@@ -118,11 +118,11 @@ def ring_all_reduce(buffer):
     chunks = np.array_split(buffer.copy(), world)
     scatter, gather = ring_schedule(world)
     sent = 0
-    for sends in scatter + gather:
+    for step, sends in enumerate(scatter + gather):
         out, arriving = sends[rank], sends[(rank - 1) % world]
         received = exchange(chunks[out], chunks[arriving])
         sent += chunks[out].nbytes
-        chunks[arriving] = chunks[arriving] + received if sends in scatter else received
+        chunks[arriving] = chunks[arriving] + received if step < len(scatter) else received
     return np.concatenate(chunks), sent
 
 

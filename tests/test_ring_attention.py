@@ -60,3 +60,21 @@ def test_bad_inputs_are_refused_naming_them(world_of_one):
         ring_attention(q, q, q, layout="striped")
     with pytest.raises(ValueError, match="the length 3 is not a multiple of 2"):
         ring_attention(ta.zeros(3, 2), ta.zeros(3, 2), ta.zeros(3, 2), layout="zigzag")
+
+
+def test_lesson_22_on_two_ranks_holds_its_claims(tmp_path):
+    """The lesson's quick run under the launcher, as a learner starts it: its asserts hold on both ranks, rank 0
+    alone prints, and its RESULT carries the issue's keys with the exact ones below 1e-12."""
+    import json
+    result = ranks(2, str(HERE.parent / "lessons" / "22_many_processes.py"), "--quick", launcher=True,
+                   env={"TINYATTN_PLOTS": str(tmp_path)})
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
+    assert len(lines) == 1 and "a world of 2 ranks" in result.stdout
+    metrics = json.loads(lines[0][len("RESULT "):])
+    assert metrics["world_size"] == 2 and metrics["zero_state_bytes_ratio"] < 1
+    assert max(metrics[k] for k in ("ddp_max_param_diff", "ring_allreduce_max_error", "ring_attention_max_error")) \
+        < 1e-12
+    assert 0 <= metrics["overlap_fraction"] <= 1
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == ["22_allreduce_alpha_beta.png",
+                                                               "22_ring_allreduce_steps.png"]
