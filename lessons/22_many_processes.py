@@ -261,19 +261,20 @@ for bucket_mb in (0.05, 0.25, 1.0, 25.0):
         _, loss = wrapped(tokens[:, :-1], tokens[:, 1:])
         loss.backward()
         waits.append(wrapped.last_wait_s)
-    step_s = median_seconds(train_step, 2 if args.quick else 8)
+    step_s = median_seconds(train_step, 2 if args.quick else 12)
     buckets = [ta.tensor(b.flat) for b in wrapped._buckets]
 
     def buckets_alone():
         for work in [start_all_reduce_unchecked(b, dist.ReduceOp.AVG, group) for b in buckets]:
             work.wait()
-    alone_s = median_seconds(buckets_alone, 2 if args.quick else 8)
+    alone_s = median_seconds(buckets_alone, 2 if args.quick else 12)
     wait_s = on_every_rank(np.median(waits))
     hidden = min(1.0, max(0.0, 1 - wait_s / alone_s)) if world > 1 else 0.0
     timings[bucket_mb] = (len(buckets), step_s, alone_s, wait_s, hidden)
 print(f"a GPT of {n_params:,} float32 parameters ({4 * n_params / 1e6:.1f} MB), forward and backward on {world} "
       "rank(s) (the machine may be busy with other work):")
-print("bucket_cap_mb  buckets  step ms  all-reduce alone ms  waited after backward ms  hidden")
+print("bucket_cap_mb  buckets  step ms  all-reduce alone ms  waited after backward ms  hidden   (the wait includes "
+      "waiting for a slower rank)")
 for bucket_mb, (count, step_s, alone_s, wait_s, hidden) in timings.items():
     print(f"{bucket_mb:13g}  {count:7d}  {step_s * 1e3:7.1f}  {alone_s * 1e3:19.2f}  {wait_s * 1e3:24.2f}  "
           f"{hidden:6.0%}")
@@ -398,7 +399,7 @@ assert score_share == 1 / world and largest_block == 1 / world ** 2
 # until the wait; and with as many ranks as cores, the copy through shared memory takes a core either way.
 
 # %%
-long = 2 * world * (8 if args.quick else 256)
+long = 2 * world * (8 if args.quick else 512)
 q_long, k_long, v_long = (ta.tensor(rng.standard_normal((1, 4, long, 64)).astype(np.float32)) for _ in range(3))
 
 
