@@ -56,7 +56,8 @@ class ProcessGroup:
 
 def init_process_group(backend=None, init_method=None, world_size=-1, rank=-1, **unused):
     """Make the default group from MPI's world. backend "mpi" (or None); "gloo", PyTorch's CPU backend, runs on MPI
-    here too; "nccl" is refused on the CPU. world_size and rank, where given, must be what MPI says."""
+    here too; "nccl" is refused, saying why. world_size and rank, where given, must be what MPI says; init_method,
+    timeout and PyTorch's other rendezvous arguments are accepted and unused (MPI knows the world)."""
     global _world
     if _world is not None:
         raise RuntimeError("trying to initialize the default process group twice: call destroy_process_group() "
