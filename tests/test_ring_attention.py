@@ -78,3 +78,23 @@ def test_lesson_22_on_two_ranks_holds_its_claims(tmp_path):
     assert 0 <= metrics["overlap_fraction"] <= 1
     assert sorted(p.name for p in tmp_path.glob("*.png")) == ["22_allreduce_alpha_beta.png",
                                                                "22_ring_allreduce_steps.png"]
+
+
+def test_lesson_22_as_the_sites_notebook_from_two_ranks(tmp_path):
+    """lessons/ranks_notebook.py, which the site's hooks run for lesson 22's page: the lesson's cells, each code cell
+    with rank 0's printed output (a world of 2) and its figures inline, and no RESULT line (as in a notebook)."""
+    import json
+    from lessons.cells import raw_cells
+    out = tmp_path / "22.ipynb"
+    lesson = HERE.parent / "lessons" / "22_many_processes.py"
+    done = ranks(2, "-m", "lessons.ranks_notebook", str(lesson), str(out), launcher=True,
+                 env={"TINYATTN_QUICK": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    cells = json.loads(out.read_text())["cells"]
+    assert [c["cell_type"] for c in cells] == [kind for kind, _, _ in raw_cells(lesson)]
+    code = [c for c in cells if c["cell_type"] == "code"]
+    assert [c["execution_count"] for c in code] == list(range(1, len(code) + 1))
+    printed = "".join(t for c in code for o in c["outputs"] if o["output_type"] == "stream" for t in o["text"])
+    assert "a world of 2 ranks" in printed and "RESULT" not in printed and "figure: " not in printed
+    assert printed.count(" · seed ") == 1                          # rank 0's lines only
+    assert sum(o["output_type"] == "display_data" for c in code for o in c["outputs"]) == 2
