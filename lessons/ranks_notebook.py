@@ -1,7 +1,7 @@
 """A lesson run on several ranks, written as a notebook holding rank 0's outputs: the course site's page of a lesson
 that a notebook kernel (one process, a world of 1) cannot show on more ranks (lesson 22).
 
-    python -m tinyattn.distributed.run --nproc-per-node 2 -m lessons.ranks_notebook lessons/22_many_processes.py OUT.ipynb
+    python -m tinyattn.distributed.run --nproc-per-node 2 -m lessons.ranks_notebook lessons/22_*.py OUT.ipynb
 
 Every rank runs the lesson's code cells in order in one namespace, as a kernel runs a notebook's; rank 0 keeps what
 each cell printed, and the figures it wrote, as that cell's outputs. As in a notebook, a figure is shown rather than
