@@ -433,6 +433,42 @@ print(f"S = {long}, 4 heads of 64, float32, {world} rank(s): zigzag {zigzag_spee
       f"thread {'on' if os.environ.get('MPIR_CVAR_ASYNC_PROGRESS') == '1' else 'off'} (the machine may be busy with "
       "other work)")
 
+# %% [markdown]
+# Does MPI move a started message while the rank computes? Start passing one key/value block of the timing above,
+# compute for a while without calling MPI (a matmul), then wait. The ranks end their compute at different moments,
+# so the wait is counted from the moment the last of them ended it (one machine: one clock): if the bytes moved
+# during the compute, nothing is left to wait for then; if not, the whole pass is.
+
+# %%
+block = dist.shard_sequence(k_long, "zigzag").numpy()
+
+
+def pass_alone():
+    exchange(block, block)
+
+
+def pass_behind_compute(waits):
+    received = ta.tensor(np.empty_like(block))
+    works = [dist.isend(ta.tensor(block), dst=(rank + 1) % world), dist.irecv(received, src=(rank - 1) % world)]
+    busy = q_long.numpy()[0, 0]
+    for _ in range(20):
+        busy @ busy.T                                   # compute, no MPI call
+    ended = time.perf_counter()
+    for work in works:
+        work.wait()
+    done = time.perf_counter()
+    waits.append(done - on_every_rank(ended))           # after the slowest rank's compute (an MPI call, after the wait)
+
+
+waits = []
+alone_ms = median_seconds(pass_alone, 3 if args.quick else 10) * 1e3
+median_seconds(lambda: pass_behind_compute(waits), 3 if args.quick else 10)
+behind_ms = on_every_rank(np.median(waits)) * 1e3
+print(f"a {block.nbytes / 1e6:.2f} MB block: passed alone {alone_ms:.2f} ms; started before the compute, still "
+      f"{behind_ms:.2f} ms to go when the last rank's compute ended" +
+      (f": {min(1.0, max(0.0, 1 - behind_ms / alone_ms)):.0%} of the pass moved during the compute" if world > 1 else
+       " (a world of 1 passes to itself)"))
+
 # %%
 report(ddp_max_param_diff=ddp_max_param_diff, ring_allreduce_max_error=ring_allreduce_max_error,
        ring_attention_max_error=ring_attention_max_error, zero_state_bytes_ratio=zero_state_bytes_ratio,
