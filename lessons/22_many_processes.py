@@ -330,13 +330,14 @@ assert zero_state_bytes_ratio <= 1 and (world == 1 or zero_state_bytes_ratio < 1
 # works N times as long as the first. The **zigzag** layout cuts the sequence into 2N chunks and gives rank r chunks
 # r and 2N - 1 - r, one early and one late: every rank gets the same work.
 #
-# Below, the step loop as derived above, written out with the library's exchange (its reference twin,
-# `ReferenceRingAttention`, is this loop); then the library's `dist.ring_attention` against flash attention on the
-# whole sequence, forward and backward, in float64.
+# Below, both loops as derived above, on this lesson's `exchange` and without a mask (the library's reference twin,
+# `ReferenceRingAttention`, is these loops with the causal mask and the layouts); then the library's
+# `dist.ring_attention`; all against flash attention on the whole sequence, forward and backward, in float64.
 
 # %%
 def ring_forward_by_hand(q, k, v, scale):
-    """One rank's output rows, no mask: the blocks come round the ring and merge with the online softmax."""
+    """One rank's output rows and their L, no mask: the blocks come round the ring and merge with the online
+    softmax."""
     m = np.full(q.shape[:-1] + (1,), -np.inf)
     l = np.zeros_like(m)
     acc = np.zeros(q.shape[:-1] + v.shape[-1:])
@@ -348,7 +349,23 @@ def ring_forward_by_hand(q, k, v, scale):
         l, acc, m = alpha * l + p.sum(axis=-1, keepdims=True), alpha * acc + p @ v, m_new
         if step < world - 1:
             k, v = exchange(k, k), exchange(v, v)
-    return acc / l
+    return acc / l, m + np.log(l)
+
+
+def ring_backward_by_hand(q, k, v, out, L, grad, scale):
+    """dq for this rank's rows; dk and dv travel with their block and are home after the last pass."""
+    D = (grad * out).sum(axis=-1, keepdims=True)
+    dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+    for step in range(world):
+        p = np.exp(scale * q @ np.swapaxes(k, -1, -2) - L)          # the block's probabilities, exactly
+        dv = dv + np.swapaxes(p, -1, -2) @ grad
+        ds = p * (grad @ np.swapaxes(v, -1, -2) - D)
+        dq = dq + scale * ds @ k
+        dk = dk + scale * np.swapaxes(ds, -1, -2) @ q
+        if step < world - 1:
+            k, v = exchange(k, k), exchange(v, v)
+        dk, dv = exchange(dk, dk), exchange(dv, dv)
+    return dq, dk, dv
 
 
 heads, d = 2, 8
@@ -368,8 +385,14 @@ def gathered(local, layout):
 
 
 mine = sequence_indices(seq, rank, world)
-by_hand = ring_forward_by_hand(*(t.numpy()[..., mine, :] for t in (q_all, k_all, v_all)), d ** -0.5)
-errors = [np.abs(by_hand - F.flash_attention(q_all, k_all, v_all).numpy()[..., mine, :]).max()]
+q_mine, k_mine, v_mine = (t.numpy()[..., mine, :] for t in (q_all, k_all, v_all))
+out_by_hand, L_by_hand = ring_forward_by_hand(q_mine, k_mine, v_mine, d ** -0.5)
+grads_by_hand = ring_backward_by_hand(q_mine, k_mine, v_mine, out_by_hand, L_by_hand, weights.numpy()[..., mine, :],
+                                      d ** -0.5)
+leaves = [t.detach().requires_grad_() for t in (q_all, k_all, v_all)]
+(F.flash_attention(*leaves) * weights).sum().backward()
+errors = [np.abs(out_by_hand - F.flash_attention(q_all, k_all, v_all).numpy()[..., mine, :]).max()] + \
+    [np.abs(g - t.grad.numpy()[..., mine, :]).max() for g, t in zip(grads_by_hand, leaves)]
 for is_causal in (False, True):
     leaves = [t.detach().requires_grad_() for t in (q_all, k_all, v_all)]
     want = F.flash_attention(*leaves, is_causal=is_causal)
@@ -381,8 +404,8 @@ for is_causal in (False, True):
         for got, wanted in zip([out] + [t.grad for t in parts], [want] + [t.grad for t in leaves]):
             errors.append(np.abs(gathered(got, layout) - wanted.detach().numpy()).max())
 ring_attention_max_error = on_every_rank(max(errors))
-print(f"ring attention on {world} rank(s) vs flash attention on the whole sequence (by hand; library: output and "
-      f"dq, dk, dv, causal and not, both layouts): largest difference {ring_attention_max_error:.1e}")
+print(f"ring attention on {world} rank(s) vs flash attention on the whole sequence, output and dq, dk, dv (by hand; "
+      f"the library's, causal and not, both layouts): largest difference {ring_attention_max_error:.1e}")
 assert ring_attention_max_error < 1e-12
 
 # %% [markdown]
