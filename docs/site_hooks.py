@@ -95,9 +95,11 @@ def _page_name(path):
 
 def _run_on_ranks(path, config):
     """Run the lesson on its ranks, writing the executed notebook into a folder of the cache named by the lesson's
-    content (kept while the library and the hooks are unchanged); returns the folder that holds lessons/NAME.ipynb."""
+    content and its runner's (kept while the library and the hooks are unchanged); returns the folder that holds
+    lessons/NAME.ipynb."""
+    runner = ROOT / "lessons" / "ranks_notebook.py"
     folder = Path(config.plugins["mkdocs-jupyter"].config["cache_dir"]) / "ranks" / \
-        hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+        hashlib.sha256(path.read_bytes() + runner.read_bytes()).hexdigest()[:16]
     target = folder / "lessons" / _page_name(path)
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
