@@ -1,7 +1,9 @@
 """mkdocs hooks that build the course site from the repository as it is, with no copies kept in docs/: the home page
 is the README, each lesson page is the lesson's `.py` (rendered and executed by mkdocs-jupyter, which reads the
 `# %%` cells with jupytext), the exercises page is lessons/exercises/README.md, and the README's gallery images come
-from plots/. A lesson page opens with a box giving the three ways to go through it.
+from plots/. A lesson page opens with a box giving the three ways to go through it. A lesson of ON_RANKS is run on
+that many ranks instead (lessons/ranks_notebook.py), as a notebook kernel is one process: its page is the executed
+notebook that run writes, holding rank 0's outputs.
 
 TINYATTN_SITE_LESSONS=06,08 builds the pages of those lessons only (the browser test's small site)."""
 import hashlib
@@ -9,6 +11,7 @@ import html
 import os
 import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -17,7 +20,8 @@ from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File
 
 ROOT = Path(__file__).resolve().parent.parent
-LESSON = re.compile(r"^(\d\d)_\w+\.py$")
+LESSON = re.compile(r"^(\d\d)_\w+\.(py|ipynb)$")
+ON_RANKS = {"22": 2}      # lessons whose page comes from a run on this many ranks
 sys.path.insert(0, str(ROOT))
 from lessons.__main__ import lesson_files  # noqa: E402 (the lessons' own order)
 
@@ -44,7 +48,7 @@ def on_config(config):
     # The pages are read, not run: views that need no kernel stand in for widgets (tinyattn.viz.display.static_page).
     os.environ["TINYATTN_STATIC_PAGE"] = "1"
     config.plugins["mkdocs-jupyter"].config["cache_dir"] = str(_cache_dir())
-    config.nav.insert(1, {"Lessons": [f"lessons/{path.name}" for path in lessons()]})
+    config.nav.insert(1, {"Lessons": [f"lessons/{_page_name(path)}" for path in lessons()]})
     return config
 
 
@@ -86,20 +90,56 @@ def on_files(files, config):
     # Files of the repository at the same place on the site (not File.generated: mkdocs-jupyter's pages need a
     # file that has a source folder).
     for path in lessons() + sorted((ROOT / "plots").glob("*.png")):
+        if path.name[:2] in ON_RANKS and path.suffix == ".py":
+            folder = _run_on_ranks(path, config)
+            files.append(File(f"lessons/{_page_name(path)}", src_dir=str(folder), dest_dir=config.site_dir,
+                              use_directory_urls=config.use_directory_urls))
+            continue
         files.append(File(str(path.relative_to(ROOT)), src_dir=str(ROOT), dest_dir=config.site_dir,
                           use_directory_urls=config.use_directory_urls))
     return files
 
 
+def _page_name(path):
+    """The file a lesson's page is made from: the lesson itself, or the notebook of its run on ranks."""
+    return path.stem + ".ipynb" if path.name[:2] in ON_RANKS else path.name
+
+
+def _run_on_ranks(path, config):
+    """Run the lesson on its ranks, writing the executed notebook into a folder of the cache named by the lesson's
+    content and its runner's (kept while the library and the hooks are unchanged); returns the folder that holds
+    lessons/NAME.ipynb."""
+    runner = ROOT / "lessons" / "ranks_notebook.py"
+    folder = Path(config.plugins["mkdocs-jupyter"].config["cache_dir"]) / "ranks" / \
+        hashlib.sha256(path.read_bytes() + runner.read_bytes()).hexdigest()[:16]
+    target = folder / "lessons" / _page_name(path)
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+        done = subprocess.run([sys.executable, "-m", "tinyattn.distributed.run", "--nproc-per-node",
+                               str(ON_RANKS[path.name[:2]]), "-m", "lessons.ranks_notebook", str(path), str(target)],
+                              cwd=ROOT, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"{path.name} on {ON_RANKS[path.name[:2]]} ranks failed:\n{done.stderr[-3000:]}")
+    return folder
+
+
 def run_it_yourself(number):
     """The box a lesson page opens with: its three commands, as the README gives them."""
-    commands = [("run it", f"python -m lessons {number}    # --quick for a tiny run in seconds"),
-                ("step through it", f"python -m lessons {number} --step"),
-                ("open it as a notebook", f"python -m lessons {number} --notebook --out notebooks")]
+    commands = [("run it", f"python -m lessons {number}    # --quick for a tiny run in seconds")]
+    if number in ON_RANKS:
+        commands.append((f"run it on {ON_RANKS[number]} ranks", f"python -m tinyattn.distributed.run --nproc-per-node "
+                                                                f"{ON_RANKS[number]} -m lessons {number}"))
+    commands += [("step through it", f"python -m lessons {number} --step"),
+                 ("open it as a notebook", f"python -m lessons {number} --notebook --out notebooks")]
     rows = "".join(f"<li>{what}: <code>{html.escape(command)}</code></li>" for what, command in commands)
     return (f'<div class="admonition tip run-it-yourself"><p class="admonition-title">Run it yourself</p>'
             f"<p>From the repository root, after <code>pip install -e \".[lessons]\"</code>:</p><ul>{rows}</ul>"
-            "<p>Below: the lesson with its output from one run, as you would see it.</p></div>")
+            f"<p>Below: the lesson with its output from one run{_ranks_said(number)}, as you would see it.</p></div>")
+
+
+def _ranks_said(number):
+    return f" on {ON_RANKS[number]} ranks (rank 0's)" if number in ON_RANKS else ""
 
 
 # What mkdocs-jupyter's page template would fetch from the network: a module script importing mermaid from a CDN
