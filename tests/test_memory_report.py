@@ -60,7 +60,10 @@ def test_flash_attention_keeps_one_log_sum_exp_per_query_and_q_k_v_and_the_outpu
 def test_fast_flash_attention_keeps_nothing_of_size_l_squared():
     report = ta.memory_report(F.flash_attention(*qkv(), is_causal=True, block_size=16))
     rows = saved(report, "FastFlashAttention")
-    assert {"k", "v", "out"} <= set(rows)
+    assert {"q", "k", "v", "out"} <= set(rows)
+    # q itself, no scaled copy of it: backward makes [scale Q, -m] again from q and the rows' shifts m.
+    assert all(rows[name]["leaf"] for name in "qkv") and rows["minus_m"]["shape"] == (B, H, L, 1)
+    assert not any(row["shape"][-1] == E + 1 for row in report.rows)
     assert not any(row["shape"][-2:] == (L, L) for row in report.rows)
     assert report.total_bytes < B * H * L * L * 4 / 2
 
