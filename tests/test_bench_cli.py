@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import tinyattn as ta
@@ -53,6 +54,20 @@ def test_right_arguments_pass_and_the_command_line_prints_no_traceback():
                           text=True, timeout=120)
     assert done.returncode == 2 and "Traceback" not in done.stderr and done.stdout == ""
     assert done.stderr.strip() == "python -m tinyattn.bench attention: error: --reps must be at least 1, got 0"
+
+
+def test_the_traced_peak_counts_what_the_step_allocates_not_what_it_frees_of_older_memory():
+    work = bench.Workload("tinyattn", "cpu")
+    before = [np.ones(2 ** 20 // 8)]                             # 1 MiB, allocated before the step
+
+    def step():
+        before.pop()                                             # freed in the step: not subtracted
+        a = np.ones(3 * 2 ** 20 // 8)
+        b = a + 1                                                # 3 + 3 MiB at once
+        del a, b
+        np.ones(2 ** 20 // 8)
+
+    assert 6 <= work.traced_peak_mib(step) < 6.1
 
 
 # -- python -m tinyattn.bench_rounds: the README's method (rounds, each run in its own process) in one command ------
