@@ -113,7 +113,7 @@ class InputMetadata:
     __slots__ = ("shape", "dtype", "device")
 
     def __init__(self, array):
-        self.shape, self.dtype, self.device = tuple(array.shape), array.dtype, backend.device_of(array)
+        self.shape, self.dtype, self.device = array.shape, array.dtype, backend.device_of(array)
 
     def __repr__(self):
         return f"InputMetadata(shape={self.shape}, dtype={self.dtype}, device={self.device})"
