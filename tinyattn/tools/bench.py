@@ -1,6 +1,9 @@
 """Benchmarks: `python -m tinyattn.bench {attention,train-step,matmul} ...`; the last output line is JSON.
 
 Every measurement runs in its own process (peak resident memory, ru_maxrss, only ever grows) and reports medians.
+Memory comes two ways: extra_mib, the growth of ru_maxrss over the whole run, which depends on how much freed memory
+each allocator keeps; and on the CPU traced_peak_mib, one step's peak as each framework accounts for its own arrays,
+counted the same way for both (Workload.traced_peak_mib).
 `--framework torch` runs the same workload in PyTorch as the side-by-side peer; torch is imported only then, so run
 that from an environment that has it (it is never a dependency of tinyattn).
 """
