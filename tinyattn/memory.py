@@ -12,8 +12,8 @@ them). Memory is counted once, by the array that owns it (a view keeps its whole
 row of 0 bytes that says who counted it. That is all the graph keeps alive: a node keeps of its inputs only their
 shapes, dtypes and devices, so an intermediate that no ctx saved is freed once forward is done with it. Memory that
 belongs to a leaf tensor the graph leads to (a parameter, an input that requires grad) lives on whatever the graph
-does; it is reported apart and left out of the total. Nothing is recorded while a model runs unless track_modules is on, so the report costs
-nothing until asked for."""
+does; it is reported apart and left out of the total. Nothing is recorded while a model runs unless track_modules
+is on, so the report costs nothing until asked for."""
 import ast
 import contextlib
 import functools
