@@ -77,7 +77,7 @@ TINY = bench_rounds.Workload("tiny flash against SDPA in parts", "attention --im
 
 
 def _fake_result(seconds, mib=10.0, machine=None):
-    return {"median_s": seconds, "extra_mib": mib, "machine": machine or {}}
+    return {"median_s": seconds, "extra_mib": mib, "traced_peak_mib": mib / 2, "machine": machine or {}}
 
 
 def test_rounds_run_ours_then_the_peer_each_isa_in_turn_with_the_imitation_set_per_framework(monkeypatch):
@@ -118,11 +118,12 @@ def test_the_summary_is_the_median_of_the_rounds_ratios_with_their_range_and_the
             ("d128", "avx2"): []}                                              # not run: no row
     flash, d128 = bench_rounds.summarize(workloads, runs)
     assert flash["ratio"] == 1.0 and flash["met"] and (flash["ratio_min"], flash["ratio_max"]) == (0.9, 1.2)
-    assert flash["peer_extra_mib"] == 20.0 and flash["rounds"] == 3
+    assert flash["peer_extra_mib"] == 20.0 and flash["peer_traced_peak_mib"] == 10.0 and flash["rounds"] == 3
     assert d128["ratio"] == pytest.approx(1.3) and not d128["met"] and d128["target"] == 1.25
     assert d128["ratio_of_medians"] == pytest.approx(1.3) and d128["ratio_min"] == pytest.approx(2.6 / 6)
     text = bench_rounds.table(workloads, [flash, d128])
     assert "| GPT train step, D=128, 3 rounds | native |" in text and "1.25x: **not met**" in text
+    assert "2.6000 s, 10 MiB extra, 5 MiB traced peak | 2.0000 s, 10 MiB extra, 5 MiB traced peak |" in text
 
 
 def test_the_machine_lines_name_pytorch_where_any_workload_ran_it():
