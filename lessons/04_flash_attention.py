@@ -264,8 +264,8 @@ viz.save(fig, plot_path(args, "04_flash_memory_time.png"))
 # instead what the graph behind out holds: every array each Function's ctx keeps for its backward, named, counted
 # once by the memory it owns. One attention layer (8 heads, d = 64, causal), the two lengths above: the naive path
 # keeps its weights, in parts of 64 query rows that leave out the keys a causal mask hides, a term that grows as
-# N^2; flash keeps per query only its output, its query (the fast twin's own copy with one more column) and one
-# number, so all it keeps grows as N. (q, k and v are leaf tensors here, and the report counts them apart; in a
+# N^2; flash keeps per query only its output, its query and two numbers (the fast twin's shift m and 1 / l), so all
+# it keeps grows as N. (q, k and v are leaf tensors here, and the report counts them apart; in a
 # model they are one more layer's outputs.)
 
 # %%

@@ -9,12 +9,11 @@ An array is reachable from a ctx when save_for_backward was given it or when it 
 inside tuples, lists and dicts). It is named by that attribute, or by the name backward unpacks it into
 (`q, k, v, out, L, mask = ctx.saved_tensors` names the sixth "mask"; "saved[5]" where backward does not unpack
 them). Memory is counted once, by the array that owns it (a view keeps its whole base alive): a second holder gets a
-row of 0 bytes that says who counted it. Besides what ctxs keep, each node of the graph holds its input tensors
-(the engine reads their shapes, dtypes and versions in backward), so an intermediate that no ctx saved stays alive
-too: the report lists those as inputs, after the saved arrays, so that its total is all the graph keeps alive.
-Memory that belongs to a leaf tensor (a parameter, an input) lives on whatever the graph does; it is reported apart
-and left out of the totals. Nothing is recorded while a model runs unless track_modules is on, so the report costs
-nothing until asked for."""
+row of 0 bytes that says who counted it. That is all the graph keeps alive: a node keeps of its inputs only their
+shapes, dtypes and devices, so an intermediate that no ctx saved is freed once forward is done with it. Memory that
+belongs to a leaf tensor the graph leads to (a parameter, an input that requires grad) lives on whatever the graph
+does; it is reported apart and left out of the total. Nothing is recorded while a model runs unless track_modules
+is on, so the report costs nothing until asked for."""
 import ast
 import contextlib
 import functools
@@ -140,46 +139,42 @@ def track_modules(model):
 
 
 class MemoryReport:
-    """rows: one dict per array the graph holds (op, call, module, name, shape, dtype, bytes, leaf, kind,
-    counted_at); kind "saved" for what a ctx keeps, "input" for an input tensor that the graph's node holds
-    beside it (the engine keeps each call's inputs to check their gradients' shapes and versions). total_bytes:
-    all that the graph alone keeps alive; saved_bytes: of it, what the ctxs keep; leaf_bytes: held arrays that are
-    leaf tensors' memory, alive anyway."""
+    """rows: one dict per array a ctx keeps (op, call, module, name, shape, dtype, bytes, leaf, counted_at).
+    total_bytes: all that the graph alone keeps alive; leaf_bytes: kept arrays that are leaf tensors' memory, alive
+    anyway."""
 
     def __init__(self, rows, freed):
         self.rows, self.freed = rows, freed
         self.total_bytes = sum(row["bytes"] for row in rows if not row["leaf"])
-        self.saved_bytes = sum(row["bytes"] for row in rows if not row["leaf"] and row["kind"] == "saved")
         self.leaf_bytes = sum(row["bytes"] for row in rows if row["leaf"])
 
     def _per(self, key):
         table = {}
         for row in self.rows:
-            entry = table.setdefault(row[key], {"calls": set(), "saved": 0, "inputs": 0, "leaves": 0})
+            entry = table.setdefault(row[key], {"calls": set(), "saved": 0, "leaves": 0})
             entry["calls"].add(row["call"])
-            entry["leaves" if row["leaf"] else "saved" if row["kind"] == "saved" else "inputs"] += row["bytes"]
-        return {name: {"calls": len(e["calls"]), "saved_bytes": e["saved"], "input_bytes": e["inputs"],
-                       "leaf_bytes": e["leaves"]}
-                for name, e in sorted(table.items(), key=lambda item: -item[1]["saved"] - item[1]["inputs"])}
+            entry["leaves" if row["leaf"] else "saved"] += row["bytes"]
+        return {name: {"calls": len(e["calls"]), "saved_bytes": e["saved"], "leaf_bytes": e["leaves"]}
+                for name, e in sorted(table.items(), key=lambda item: -item[1]["saved"])}
 
     def per_op(self):
-        """{op: {"calls", "saved_bytes", "input_bytes", "leaf_bytes"}}, heaviest first."""
+        """{op: {"calls", "saved_bytes", "leaf_bytes"}}, heaviest first."""
         return self._per("op")
 
     def per_module(self):
         """The same per module (OUTSIDE for calls made in no module, or where modules were not tracked)."""
         return self._per("module")
 
-    def arrays(self, op=None, kind="saved"):
-        """The rows of one kind ("saved", "input", None: both), of one op where named."""
-        return [row for row in self.rows if (op is None or row["op"] == op) and (kind is None or row["kind"] == kind)]
+    def arrays(self, op=None):
+        """The rows of one op, or all of them."""
+        return [row for row in self.rows if op is None or row["op"] == op]
 
     def table(self, arrays=True):
         """The report as text: per op, per module (where tracked), then (arrays=True) every array a ctx keeps."""
         def lines_of(title, per):
-            return [f"{title:36s} {'calls':>5s} {'saved':>10s} {'inputs':>10s} {'leaves':>10s}"] + [
-                f"{name:36s} {e['calls']:5d} {readable(e['saved_bytes']):>10s} {readable(e['input_bytes']):>10s} "
-                f"{readable(e['leaf_bytes']):>10s}" for name, e in per.items()]
+            return [f"{title:36s} {'calls':>5s} {'saved':>10s} {'leaves':>10s}"] + [
+                f"{name:36s} {e['calls']:5d} {readable(e['saved_bytes']):>10s} {readable(e['leaf_bytes']):>10s}"
+                for name, e in per.items()]
         lines = lines_of("op", self.per_op())
         modules = self.per_module()
         if list(modules) != [OUTSIDE]:
@@ -191,10 +186,9 @@ class MemoryReport:
                                                                  if row["counted_at"] else "")
                 lines.append(f"{row['op']:36s} {row['name']:16s} {str(row['shape']):22s} {row['dtype']:8s} "
                              f"{readable(row['bytes']):>10s}{note}")
-        lines.append(f"the graph keeps {readable(self.total_bytes)} ({self.total_bytes:,} bytes) in "
-                     f"{len({row['call'] for row in self.rows})} calls: {readable(self.saved_bytes)} saved for "
-                     f"backward, {readable(self.total_bytes - self.saved_bytes)} of inputs held beside; besides "
-                     f"{readable(self.leaf_bytes)} of leaf tensors"
+        lines.append(f"the graph keeps {readable(self.total_bytes)} ({self.total_bytes:,} bytes) for backward in "
+                     f"{len({row['call'] for row in self.rows})} calls; besides {readable(self.leaf_bytes)} of leaf "
+                     "tensors"
                      + (f"; {self.freed} calls already freed by a backward" if self.freed else ""))
         return "\n".join(lines)
 
@@ -202,7 +196,7 @@ class MemoryReport:
         return self.table()
 
     def __repr__(self):
-        return f"<MemoryReport: {self.total_bytes:,} bytes kept by the graph, {self.saved_bytes:,} saved for backward>"
+        return f"<MemoryReport: {self.total_bytes:,} bytes kept by the graph for backward>"
 
 
 def readable(n):
@@ -220,11 +214,11 @@ def memory_report(output, modules=None):
                          + (f"a tensor with no graph, shape {output.shape}" if isinstance(output, Tensor)
                             else type(output).__name__))
     nodes = _nodes(output)
-    leaves = {id(_owner(t.array)) for node in nodes for t in node.inputs if t is not None and t.grad_fn is None}
+    leaves = {id(_owner(edge.array)) for node in nodes for edge in node.edges if isinstance(edge, Tensor)}
     modules = modules or {}
     counted, rows = {}, []
 
-    def add(call, node, kind, name, array):
+    def add(call, node, name, array):
         op = node.function.__name__
         owner = _owner(array)                           # alive while the graph is, so its id is not reused meanwhile
         first = counted.setdefault(id(owner), None)
@@ -232,15 +226,11 @@ def memory_report(output, modules=None):
             counted[id(owner)] = f"{op}.{name}"
         rows.append({"op": op, "call": call, "module": modules.get(id(node), (None, OUTSIDE))[1], "name": name,
                      "shape": tuple(array.shape), "dtype": str(array.dtype),
-                     "bytes": 0 if first else int(owner.nbytes), "leaf": id(owner) in leaves, "kind": kind,
+                     "bytes": 0 if first else int(owner.nbytes), "leaf": id(owner) in leaves,
                      "counted_at": first})
 
     live = [(call, node) for call, node in enumerate(nodes) if node.ctx is not None]
-    for call, node in live:                             # what ctxs keep first, so that theirs are the names
-        for name, array in kept_arrays(node.function, node.ctx):
-            add(call, node, "saved", name, array)
     for call, node in live:
-        for i, t in enumerate(node.inputs):
-            if t is not None and id(_owner(t.array)) not in counted:
-                add(call, node, "input", f"input {i}", t.array)
+        for name, array in kept_arrays(node.function, node.ctx):
+            add(call, node, name, array)
     return MemoryReport(rows, len(nodes) - len(live))
