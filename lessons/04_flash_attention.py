@@ -122,8 +122,9 @@ assert backward_err < 1e-12
 # scores, m and l before and after, the rescale alpha = exp(m - m'), the output so far; in backward the recomputed P,
 # dS and the block's dQ, dK, dV. N = 64 in tiles of 16, one head, causal: 4 + 3 + 2 + 1 = 10 tiles, the six above
 # the diagonal skipped. Every row's last m must be its row max exactly (a max never rounds), and m + log l its
-# log-sum-exp. The same records drive a frame per step (below), a GIF and an HTML player (`viz.flash_animation`,
-# `viz.flash_player_html`, written on a full run), and `python -m lessons flash` walks them in a terminal, Enter by Enter.
+# log-sum-exp. The same records drive a frame per step (below), a GIF (`viz.flash_animation`, written on a full run),
+# an HTML player (`viz.flash_player_html`; a quick run plays the last row block's tiles only), and `python -m lessons
+# flash` walks them in a terminal, Enter by Enter.
 
 # %%
 tq, tk, tv = (rng.standard_normal((1, 1, 64, 16)) for _ in range(3))
@@ -150,11 +151,14 @@ assert trace_tiles == 10 and trace_max_error <= 1e-12
 rescaled = [i for i, r in enumerate(forward_records) if r["alpha"].min() < 1]
 fig = viz.flash_frame(traced.records, rescaled[-1], traced.output)
 viz.save(fig, plot_path(args, "04_flash_tile.png"))
-if not args.quick:                                                        # a few seconds of drawing: full runs only
-    print("animation:", viz.flash_animation(traced.records, plot_path(args, "04_flash_tiles.gif"), traced.output,
-                                            traced.grads))
-    viz.save(viz.flash_player_html(traced.records, traced.output, traced.grads),
-             plot_path(args, "04_flash_tiles.html"))
+last_row_block = [i for i, r in enumerate(traced.records)
+                  if r["pass"] == "forward" and r["rows"] == forward_records[-1]["rows"]]
+if not args.quick:                                                        # seconds of drawing: full runs only
+    viz.announce("animation", viz.flash_animation(traced.records, plot_path(args, "04_flash_tiles.gif"),
+                                                   traced.output, traced.grads))
+viz.save(viz.flash_player_html(traced.records, traced.output, traced.grads,     # a quick run: the last row block's
+                               steps=last_row_block if args.quick else None),   # four tiles, a frame a second
+         plot_path(args, "04_flash_tiles.html"))
 
 # %% [markdown]
 # The package's fast twin (`flash_attention_fast.py`) has no running max to watch: it fixes each row's shift from

@@ -398,6 +398,14 @@ print(f"patching the induction heads together (layer 1 heads {', '.join(map(str,
 # the token it attends to; the matrix's eigenvalues are then mostly positive. Elhage et al.'s copying score is the
 # sum of the eigenvalues over the sum of their absolute values: 1 for a pure copier, -1 for a head that suppresses
 # what it reads, near 0 for one that maps tokens elsewhere.
+#
+# Expect every layer-0 head to score near -1, whatever its pattern. Each reads its own token or the one before it,
+# and on these data neither can come next: a sequence holds each token once, and in the second copy the token after
+# the current one is the one that followed it before, never the current token or its predecessor. So all that a
+# layer-0 head can usefully write straight into the logits about the token it reads is "not this one": its direct
+# path learns to suppress what it reads. What layer 1 reads from these heads (the previous token, by K-composition)
+# travels in other directions of the residual stream, which the copying score, a map from token to logits, does not
+# see.
 
 # %%
 k_composition = interpret.composition_scores(model, "K")[0, :, 1, ind_head]      # layer-0 heads -> induction head
