@@ -20,6 +20,7 @@ import numpy as np
 import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import viz
+from tinyattn.viz.display import static_page
 from tinyattn.lesson import expect_speedup, options, plot_path, progress, report
 
 args = options(__doc__)
@@ -123,8 +124,8 @@ assert backward_err < 1e-12
 # dS and the block's dQ, dK, dV. N = 64 in tiles of 16, one head, causal: 4 + 3 + 2 + 1 = 10 tiles, the six above
 # the diagonal skipped. Every row's last m must be its row max exactly (a max never rounds), and m + log l its
 # log-sum-exp. The same records drive a frame per step (below), a GIF (`viz.flash_animation`, written on a full run),
-# an HTML player (`viz.flash_player_html`; a quick run plays the last row block's tiles only), and `python -m lessons
-# flash` walks them in a terminal, Enter by Enter.
+# an HTML player (`viz.flash_player_html`; a quick run and the course site play the last row block's tiles only, as
+# every frame is an image), and `python -m lessons flash` walks them in a terminal, Enter by Enter.
 
 # %%
 tq, tk, tv = (rng.standard_normal((1, 1, 64, 16)) for _ in range(3))
@@ -156,8 +157,8 @@ last_row_block = [i for i, r in enumerate(traced.records)
 if not args.quick:                                                        # seconds of drawing: full runs only
     viz.announce("animation", viz.flash_animation(traced.records, plot_path(args, "04_flash_tiles.gif"),
                                                    traced.output, traced.grads))
-viz.save(viz.flash_player_html(traced.records, traced.output, traced.grads,     # a quick run: the last row block's
-                               steps=last_row_block if args.quick else None),   # four tiles, a frame a second
+short = args.quick or static_page()      # a quick run, and a page of the course site: the last row block's four tiles
+viz.save(viz.flash_player_html(traced.records, traced.output, traced.grads, steps=last_row_block if short else None),
          plot_path(args, "04_flash_tiles.html"))
 
 # %% [markdown]
