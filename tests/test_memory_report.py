@@ -171,3 +171,55 @@ def test_the_report_counts_cupy_arrays_on_flash_paths(fused):
 def test_the_report_counts_cupy_weights_on_the_naive_path():
     report = ta.memory_report(F.scaled_dot_product_attention(*qkv(device="cuda"), is_causal=True))
     assert sum(row["bytes"] for row in report.rows if row["shape"][-1] != E) >= B * H * L * (L + 1) // 2 * 4
+
+
+def test_each_kept_array_says_what_backward_reads_it_for():
+    x = ta.randn(4, 6, 8, requires_grad=True)
+    out = F.gelu(F.layer_norm(x, (8,), weight=ta.ones(8, requires_grad=True)))
+    with ta.reference():
+        out = F.scaled_dot_product_attention(out, out, out, is_causal=True)
+    report = ta.memory_report(out.sum())
+    why = {(row["op"], row["name"]): row["why"] for row in report.arrays()}
+    assert "dx" in why["FastLayerNorm", "normed"] and "dx" in why["FastLayerNorm", "rstd"]
+    assert "derivative" in why["FastGELU", "slope"]
+    assert "dS" in why["ReferenceScaledDotProductAttention", "p"]
+    table = report.table()
+    assert all(phrase in table for phrase in why.values())
+    assert "counted apart and in no total" in table                # why the per-op saved column leaves weights out
+
+
+def test_every_name_a_backward_keeps_has_a_reason():
+    """Every name a Function of the library unpacks its saved arrays into has its phrase in memory.WHY (a Function
+    added without one fails here, naming it)."""
+    import importlib
+    import pkgutil
+
+    from tinyattn.memory import _saved_names, why
+    for module in pkgutil.walk_packages(ta.__path__, "tinyattn."):         # every Function the library defines
+        importlib.import_module(module.name)
+
+    def functions(cls):
+        for sub in cls.__subclasses__():
+            yield sub
+            yield from functions(sub)
+    missing = sorted({(f.__name__, name) for f in functions(ta.Function) for name in _saved_names(f)
+                      if name and why(f.__name__, name.lstrip("*")) == "(no reason recorded)"})
+    assert missing == []
+    assert why("FastNewThing", "nothing_known") == "(no reason recorded)"
+
+
+def test_views_of_one_buffer_say_so_and_are_counted_once():
+    qkv = ta.randn(B, L, 3 * H * E, requires_grad=True) * 1.0      # not a leaf: the graph alone keeps it
+    q, k, v = (part.reshape(B, L, H, E).transpose(1, 2) for part in qkv.split(H * E, dim=-1))
+    report = ta.memory_report(F.scaled_dot_product_attention(q, k, v, is_causal=True).sum())
+    rows = saved(report, "FastScaledDotProductAttention")
+    buffer = f"a view of a {(B, L, 3 * H * E)} buffer that k, v view too: its "
+    assert rows["q"]["bytes"] == B * L * 3 * H * E * 4 and buffer in report._sharing(rows["q"])
+    for name in "kv":
+        assert rows[name]["bytes"] == 0
+        assert report._sharing(rows[name]) == (f"(a view of the {(B, L, 3 * H * E)} buffer counted at "
+                                               "FastScaledDotProductAttention.q)")
+    lone = ta.memory_report(F.linear(ta.randn(2, 5, 4, requires_grad=True) * 1.0, ta.randn(3, 4)))
+    (rows,) = lone.arrays("FastLinear")[:1]
+    assert rows["name"] == "rows" and rows["buffer"] is not None       # the input reshaped: a view of the same size
+    assert lone._sharing(rows) == "" and rows["bytes"] == 2 * 5 * 4 * 4  # its own memory: nothing to say
