@@ -20,6 +20,7 @@ import numpy as np
 import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import viz
+from tinyattn.viz.display import static_page
 from tinyattn.lesson import expect_speedup, options, plot_path, progress, report
 
 args = options(__doc__)
@@ -122,8 +123,9 @@ assert backward_err < 1e-12
 # scores, m and l before and after, the rescale alpha = exp(m - m'), the output so far; in backward the recomputed P,
 # dS and the block's dQ, dK, dV. N = 64 in tiles of 16, one head, causal: 4 + 3 + 2 + 1 = 10 tiles, the six above
 # the diagonal skipped. Every row's last m must be its row max exactly (a max never rounds), and m + log l its
-# log-sum-exp. The same records drive a frame per step (below), a GIF and an HTML player (`viz.flash_animation`,
-# `viz.flash_player_html`, written on a full run), and `python -m lessons flash` walks them in a terminal, Enter by Enter.
+# log-sum-exp. The same records drive a frame per step (below), a GIF (`viz.flash_animation`, written on a full run),
+# an HTML player (`viz.flash_player_html`; a quick run and the course site play the last row block's tiles only, as
+# every frame is an image), and `python -m lessons flash` walks them in a terminal, Enter by Enter.
 
 # %%
 tq, tk, tv = (rng.standard_normal((1, 1, 64, 16)) for _ in range(3))
@@ -148,13 +150,14 @@ for r in forward_records:
               f"{r['m'][0, 0, i, 0]:7.3f}, rescale {r['alpha'][0, 0, i, 0]:.3f}, l {r['l'][0, 0, i, 0]:7.3f}")
 assert trace_tiles == 10 and trace_max_error <= 1e-12
 rescaled = [i for i, r in enumerate(forward_records) if r["alpha"].min() < 1]
-fig = viz.flash_frame(traced.records, rescaled[-1], traced.output)
+fig = viz.flash_frame(traced, rescaled[-1])                    # the trace itself: its records, output and grads
 viz.save(fig, plot_path(args, "04_flash_tile.png"))
-if not args.quick:                                                        # a few seconds of drawing: full runs only
-    print("animation:", viz.flash_animation(traced.records, plot_path(args, "04_flash_tiles.gif"), traced.output,
-                                            traced.grads))
-    viz.save(viz.flash_player_html(traced.records, traced.output, traced.grads),
-             plot_path(args, "04_flash_tiles.html"))
+last_row_block = [i for i, r in enumerate(traced.records)
+                  if r["pass"] == "forward" and r["rows"] == forward_records[-1]["rows"]]
+if not args.quick:                                                        # seconds of drawing: full runs only
+    viz.announce("animation", viz.flash_animation(traced, plot_path(args, "04_flash_tiles.gif")))
+short = args.quick or static_page()      # a quick run, and a page of the course site: the last row block's four tiles
+viz.save(viz.flash_player_html(traced, steps=last_row_block if short else None), plot_path(args, "04_flash_tiles.html"))
 
 # %% [markdown]
 # The package's fast twin (`flash_attention_fast.py`) has no running max to watch: it fixes each row's shift from
@@ -266,8 +269,8 @@ viz.save(fig, plot_path(args, "04_flash_memory_time.png"))
 # instead what the graph behind out holds: every array each Function's ctx keeps for its backward, named, counted
 # once by the memory it owns. One attention layer (8 heads, d = 64, causal), the two lengths above: the naive path
 # keeps its weights, in parts of 64 query rows that leave out the keys a causal mask hides, a term that grows as
-# N^2; flash keeps per query only its output, its query (the fast twin's own copy with one more column) and one
-# number, so all it keeps grows as N. (q, k and v are leaf tensors here, and the report counts them apart; in a
+# N^2; flash keeps per query only its output, its query and two numbers (the fast twin's shift m and 1 / l), so all
+# it keeps grows as N. (q, k and v are leaf tensors here, and the report counts them apart; in a
 # model they are one more layer's outputs.)
 
 # %%

@@ -4,7 +4,8 @@ Walk flash attention's loop tile by tile in the terminal: the library's referenc
 (tinyattn.functional.trace_flash_attention), one head, causal unless --full. Each forward tile prints, for the query
 rows of the tile, the running max m and normaliser l before and after it and the rescale exp(m - m') that the old
 sum and output are multiplied by; each backward tile prints the recomputed P's row sums and the rows' dQ
-contributions. A meter shows the bytes the loop holds for the tile against the whole N x N matrix.
+contributions (the walk says what they mean when the backward starts). A meter shows the bytes the loop holds for
+the tile against the whole N x N matrix.
 
 Enter goes on to the next tile, q then Enter stops. With input from a pipe (or at its end, or with no input at
 all) it goes on by itself; Ctrl-C stops it with one line."""
@@ -20,7 +21,7 @@ METER = 30
 
 
 def meter(held, whole):
-    filled = max(1, round(METER * held / whole))
+    filled = min(METER, max(1, round(METER * held / whole)))         # a tile may hold more than a small matrix
     return f"[{'#' * filled}{'.' * (METER - filled)}] {held:,} of {whole:,} bytes ({held / whole:.1%})"
 
 
@@ -28,15 +29,27 @@ def _rows(array):
     return np.asarray(array).reshape((-1,) + np.shape(array)[-2:])[0]
 
 
-def describe(record, total):
+# Said once, between the passes: what the forward left, what the backward's columns are, and its order.
+BETWEEN_PASSES = [
+    "forward done: every row's m + log l is its log-sum-exp L, all that backward keeps besides Q, K, V and O",
+    "backward: each tile remakes its P = exp(S - L) from L, exactly the forward's probabilities. 'sum of P here' is",
+    "  the share of a row's attention that falls on the tile's keys (a row's shares over its tiles add up to 1);",
+    "  '|dQ added|' is the size of the tile's term scale dS K in the row's dQ. The tiles come key block by key",
+    "  block: the outer loop runs over the keys, so a key block's dK and dV are summed over the row blocks that see",
+    "  it and then written once, while each row's dQ collects a term from every key block it sees.",
+]
+
+
+def describe(record):
     """The lines printed for one record (the first head's rows)."""
     r0, r1 = record["rows"]
-    c0, c1 = record["cols"]
-    lines = [f"{record['pass']} tile {record['tile'] + 1} of {total}: query rows {r0}-{r1 - 1} against keys "
-             f"{c0}-{c1 - 1}", "  the loop holds " + meter(record["tile_bytes"], record["matrix_bytes"])]
+    lines = [record["label"], "  the loop holds " + meter(record["tile_bytes"], record["matrix_bytes"])]
     if record["pass"] == "forward":
         m_before, m, l_before, l, alpha = (_rows(record[name])[:, 0]
                                            for name in ("m_before", "m", "l_before", "l", "alpha"))
+        if np.isneginf(m_before).all():
+            lines.append("  these rows' first tile: no earlier max (m before is -inf), so rescale = exp(-inf - m) = 0: "
+                         "no sum to rescale yet")
         lines.append(f"  {'row':>5} {'m before':>10} {'m':>10} {'l before':>10} {'l':>10} {'rescale':>9}")
         lines += [f"  {row:5d} {m_before[i]:10.4f} {m[i]:10.4f} {l_before[i]:10.4f} {l[i]:10.4f} {alpha[i]:9.4f}"
                   for i, row in enumerate(range(r0, r1))]
@@ -48,12 +61,13 @@ def describe(record, total):
 
 
 def walk(records, read=input, write=print):
-    """Print each record and wait for a line from read (Enter) between them; an empty read at end of input (EOFError)
-    lets the rest run on; "q" stops. Returns how many records were shown."""
+    """Print each record (BETWEEN_PASSES before the backward's first) and wait for a line from read (Enter) between
+    them; an empty read at end of input (EOFError) lets the rest run on; "q" stops. Returns how many records were
+    shown."""
     waiting = True
     for i, record in enumerate(records):
-        total = sum(r["pass"] == record["pass"] for r in records)
-        for line in describe(record, total):
+        starts_backward = record["pass"] == "backward" and (i == 0 or records[i - 1]["pass"] == "forward")
+        for line in (BETWEEN_PASSES if starts_backward else []) + describe(record):
             write(line)
         if waiting and i + 1 < len(records):
             try:
@@ -95,10 +109,10 @@ def main(argv):
         trace = trace_flash_attention(q, k, v, is_causal=not args.full, block_size=args.block)
         print(f"flash attention, N = {args.n}, tiles of {args.block}, head size {args.dim}, "
               f"{'all tiles' if args.full else 'causal: tiles above the diagonal skipped'}; float64")
-        walk(trace.records, read_line)
+        shown = walk(trace.records, read_line)
     except KeyboardInterrupt:
         stop_interrupted()
-    print("done: every row's m + log l is its log-sum-exp L, all that backward kept besides Q, K, V and O")
+    print(f"done: {shown} of the {len(trace.records)} tiles shown")
     return 0
 
 

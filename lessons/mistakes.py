@@ -91,6 +91,36 @@ def _attention_mistakes(q, k, v, mask, scale, p, grad):
         yield "a product the wrong way round: dK = scale dS^T Q, not scale dS Q", {"dk": scale * (ds @ q)}
 
 
+FLASH_FORWARD_PATTERNS = {   # the wrong ones among flash attention's output and L -> where to look
+    frozenset({"output"}): "L is right, so m and l are: look at acc, which alpha must rescale as it rescales l, "
+                           "and at O = acc / l",
+    frozenset({"L"}): "L is each row's log-sum-exp, m + log l with the row block's last m and l (+inf where every "
+                      "key is masked); the given backward rebuilds every P = exp(S - L) from it, so every gradient "
+                      "follows L",
+    frozenset({"output", "L"}): "look at m and l first: the output (acc / l) and L (m + log l) are both made "
+                                "from them",
+}
+
+
+def flash_forward(lse, m, l, wrong):
+    """Where the wrong ones among flash attention's output and L point, then the common mistake of L that the
+    learner's lse equals, if one does: m and l are each row's running max and sum after its row block's last tile
+    (the library's), all three (..., N, 1)."""
+    hints = [FLASH_FORWARD_PATTERNS[frozenset(wrong)]] if wrong else []
+    if "L" not in wrong or lse is None or lse.shape != m.shape:
+        return hints
+    seen = l > 0                                         # a row that saw no key: L must be +inf, nothing to match
+    with np.errstate(divide="ignore"):
+        mistakes = {"L = m + l: L is m + log l": m + l, "L = log l: the max m must be added back, L = m + log l":
+                    np.log(l), "L = m: log l is missing, L = m + log l": m}
+    found = [f"looks like this mistake: {name}" for name, computed in mistakes.items()
+             if seen.any() and np.allclose(lse[seen], computed[seen], rtol=1e-7, atol=1e-9)]
+    if (~seen & np.isfinite(lse)).any():
+        found.append("a row whose every key is masked ends with l = 0 and must get L = +inf (so that backward's "
+                     "P = exp(S - L) is 0 there); yours is finite there")
+    return hints + found[:1]
+
+
 def attention_shapes(q, k, v):
     """The shapes of attention's pieces, for an error in a product: each gradient has its input's shape."""
     lead, (L, E), (S, Ev) = q.shape[:-2], q.shape[-2:], v.shape[-2:]

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import tinyattn as ta
@@ -57,6 +58,20 @@ def test_right_arguments_pass_and_the_command_line_prints_no_traceback():
     assert done.stderr.strip() == "python -m tinyattn.bench attention: error: --reps must be at least 1, got 0"
 
 
+def test_the_traced_peak_counts_what_the_step_allocates_not_what_it_frees_of_older_memory():
+    work = bench.Workload("tinyattn", "cpu")
+    before = [np.ones(2 ** 20 // 8)]                             # 1 MiB, allocated before the step
+
+    def step():
+        before.pop()                                             # freed in the step: not subtracted
+        a = np.ones(3 * 2 ** 20 // 8)
+        b = a + 1                                                # 3 + 3 MiB at once
+        del a, b
+        np.ones(2 ** 20 // 8)
+
+    assert 6 <= work.traced_peak_mib(step) < 6.1
+
+
 # -- python -m tinyattn.bench_rounds: the README's method (rounds, each run in its own process) in one command ------
 TINY = bench_rounds.Workload("tiny flash against SDPA in parts", "attention --impl flash --n 64 --heads 2 --dim 8 "
                              "--reps 1 --warmup 0", "tinyattn", "attention --impl naive --n 64 --heads 2 --dim 8 "
@@ -64,7 +79,7 @@ TINY = bench_rounds.Workload("tiny flash against SDPA in parts", "attention --im
 
 
 def _fake_result(seconds, mib=10.0, machine=None):
-    return {"median_s": seconds, "extra_mib": mib, "machine": machine or {}}
+    return {"median_s": seconds, "extra_mib": mib, "traced_peak_mib": mib / 2, "machine": machine or {}}
 
 
 def test_rounds_run_ours_then_the_peer_each_isa_in_turn_with_the_imitation_set_per_framework(monkeypatch):
@@ -105,11 +120,12 @@ def test_the_summary_is_the_median_of_the_rounds_ratios_with_their_range_and_the
             ("d128", "avx2"): []}                                              # not run: no row
     flash, d128 = bench_rounds.summarize(workloads, runs)
     assert flash["ratio"] == 1.0 and flash["met"] and (flash["ratio_min"], flash["ratio_max"]) == (0.9, 1.2)
-    assert flash["peer_extra_mib"] == 20.0 and flash["rounds"] == 3
+    assert flash["peer_extra_mib"] == 20.0 and flash["peer_traced_peak_mib"] == 10.0 and flash["rounds"] == 3
     assert d128["ratio"] == pytest.approx(1.3) and not d128["met"] and d128["target"] == 1.25
     assert d128["ratio_of_medians"] == pytest.approx(1.3) and d128["ratio_min"] == pytest.approx(2.6 / 6)
     text = bench_rounds.table(workloads, [flash, d128])
     assert "| GPT train step, D=128, 3 rounds | native |" in text and "1.25x: **not met**" in text
+    assert "2.6000 s, 10 MiB extra, 5 MiB traced peak | 2.0000 s, 10 MiB extra, 5 MiB traced peak |" in text
 
 
 def test_the_machine_lines_name_pytorch_where_any_workload_ran_it():

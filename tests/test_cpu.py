@@ -4,6 +4,7 @@ import contextlib
 import math
 import threading
 import time
+import weakref
 
 import numpy as np
 import pytest
@@ -54,6 +55,19 @@ def test_share_raises_what_a_helper_raised_and_keeps_working(thread_count):
     with pytest.raises(ValueError, match="helper failed"):
         threads.share(work, range(2))
     assert threads.share(lambda items: items, range(4)) == [[0, 3], [1, 2]]
+
+
+@cpu_only
+def test_a_helper_lets_go_of_a_shares_arrays_once_done_not_when_the_next_task_comes(thread_count):
+    thread_count(2)
+    activation = np.ones(1000)                         # as a backward's saved array, read by both shares
+    threads.share(lambda items, held=activation: float(held[list(items)].sum()), range(2))
+    gone = weakref.ref(activation)
+    del activation
+    deadline = time.monotonic() + 5                    # the helper may still be on its way back to the queue
+    while gone() is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert gone() is None
 
 
 @cpu_only

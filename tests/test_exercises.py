@@ -214,17 +214,63 @@ FORGETS_TO_RESCALE_ACC = ("acc = alpha * acc + p @ v", "acc = acc + p @ v")
 TRACE = "your trace beside the library's, at the first tile where they differ"
 
 
+FORWARD_FIRST = "FAIL  your forward's output and L equal the reference path's (before any gradient)"
+
+
 @instructors
 def test_a_flash_forward_that_forgets_to_rescale_acc_shows_its_trace_beside_the_librarys(tmp_path, capsys):
-    """The learner's trace(m, l, acc) calls come back from the child as arrays: the first tile where acc leaves the
-    library's is named (causal blocks of 16: tile 2 is the first to add to an acc summed against an older max), with
-    both sides' acc, after the failure; the verdict stays the steps'."""
-    code, out = grade(capsys, "flash_forward", "--file", with_mistake(tmp_path, "flash_forward",
-                                                                     FORGETS_TO_RESCALE_ACC))
-    assert code == 1 and "FAIL  gradcheck in float64 on q, k, v" in out and "flash_forward: FAILED" in out
-    assert out.index("FAIL  gradcheck") < out.index(TRACE)
-    assert "forward tile 2 (query rows 16-31, keys 16-31): acc differs" in out
+    """The forward's output and L are held to the reference path's before any gradient (the backward is given):
+    output wrong, L right, pointing at acc. Then the learner's trace(m, l, acc) calls, which come back from the
+    child as arrays: the first tile where acc leaves the library's is named (causal blocks of 16: tile 3 of 6 is the
+    first to add to an acc summed against an older max), with each row's m before and after and alpha beside it
+    and both sides' acc; the verdict stays the steps'."""
+    mine = with_mistake(tmp_path, "flash_forward", FORGETS_TO_RESCALE_ACC)
+    code, out = grade(capsys, "flash_forward", "--file", mine)
+    assert code == 1 and FORWARD_FIRST in out and "flash_forward: FAILED" in out
+    assert "gradcheck" not in out
+    assert "no mask, 5 queries and 7 keys in blocks of 2: output wrong, L right: L is right, so m and l are: look " \
+           "at\n          acc" in out
+    assert out.index(FORWARD_FIRST) < out.index(TRACE)
+    assert "forward tile 3 of 6 (query rows 16-31, keys 16-31): acc differs" in out
+    assert "m before          m    alpha  acc (head 0)" in out and "whose alpha\n          < 1" in out
     assert "acc, yours (head 0, shape (16, 8)):" in out and "acc, the library's (head 0, shape (16, 8)):" in out
+    # Graded (every step runs), the forward's step stands in the gradcheck's place: the same number of steps.
+    folder = tmp_path / "student"
+    folder.mkdir()
+    shutil.copy(mine, folder)
+    checker.main(["check", "all", "--dir", str(folder), "--json"])
+    graded = {r["exercise"]: r for r in json.loads(capsys.readouterr().out)["exercises"]}["flash_forward"]
+    assert [(s["step"], s["passed"]) for s in graded["steps"]][:3] == [
+        ("your FlashAttention runs forward and backward", True), (FORWARD_FIRST[6:], False),
+        ("output and dq, dk, dv equal the reference path's", False)]
+    assert graded["steps_total"] == 5
+
+
+@instructors
+def test_a_flash_forward_whose_l_is_m_plus_l_is_told_the_output_agrees_and_l_does_not(tmp_path, capsys):
+    """L = m + l: the output agrees, L does not, and the message says so, names the mistake, and shows, after the
+    first row block's last tile, each row's m, l, m + log l and the learner's L."""
+    mine = with_mistake(tmp_path, "flash_forward", ("m + xp.log(xp.where(seen, l, 1))", "m + xp.where(seen, l, 1)"))
+    code, out = grade(capsys, "flash_forward", "--file", mine)
+    assert code == 1 and FORWARD_FIRST in out and "gradcheck" not in out
+    assert "no mask, 5 queries and 7 keys in blocks of 2: L wrong, output right: L is each row's log-sum-exp" in out
+    assert "looks like this mistake: L = m + l: L is m + log l" in out
+    assert "L of query rows 0-15, after forward tile 1 of 6 (query rows 0-15, keys 0-15): L differs" in out
+    assert "row          m          l  m + log l      yours" in out and "L, yours" not in out
+
+
+def test_flash_forwards_mistakes_of_l_are_named_only_when_the_numbers_match():
+    from lessons import mistakes
+    m, l = np.array([[1.5], [-2.0], [-np.inf]]), np.array([[2.0], [3.0], [0.0]])      # the last row sees no key
+    log_l = np.log(np.where(l > 0, l, 1))
+    right = np.where(l > 0, m + log_l, np.inf)
+    pattern = mistakes.FLASH_FORWARD_PATTERNS[frozenset({"L"})]
+    for mine, named in ((np.where(l > 0, m + l, np.inf), "L = m + l"), (np.where(l > 0, log_l, np.inf), "L = log l"),
+                        (np.where(l > 0, m, np.inf), "L = m:"), (np.where(l > 0, right, 0.0), "must get L = +inf")):
+        hints = mistakes.flash_forward(mine, m, l, {"L"})
+        assert hints[0] == pattern and len(hints) == 2 and named in hints[1], (named, hints)
+    assert mistakes.flash_forward(right + 0.5, m, l, {"L"}) == [pattern]               # no mistake it matches
+    assert mistakes.flash_forward(right, m, l, {"output"})[0].startswith("L is right, so m and l are: look at acc")
 
 
 @instructors
@@ -232,7 +278,7 @@ def test_a_flash_backward_without_its_row_term_shows_the_first_tile_whose_ds_dif
     mine = with_mistake(tmp_path, "flash_backward", ("grad_s = p * (grad_p - D[..., rows, :])", "grad_s = p * grad_p"))
     code, out = grade(capsys, "flash_backward", "--file", mine)
     assert code == 1 and TRACE in out
-    assert "backward tile 0 (query rows 0-15, keys 0-15): ds differs" in out and "ds, yours (head 0" in out
+    assert "backward tile 1 of 6 (query rows 0-15, keys 0-15): ds differs" in out and "ds, yours (head 0" in out
 
 
 @instructors
@@ -241,7 +287,7 @@ def test_no_trace_calls_or_a_passing_solution_show_no_trace(tmp_path, capsys):
     no trace section, and nothing about it fails."""
     mine = with_mistake(tmp_path, "flash_forward", FORGETS_TO_RESCALE_ACC, ("trace(m, l, acc)", "pass"))
     code, out = grade(capsys, "flash_forward", "--file", mine)
-    assert code == 1 and "FAIL  gradcheck in float64 on q, k, v" in out and TRACE not in out
+    assert code == 1 and FORWARD_FIRST in out and TRACE not in out
     code, out = grade(capsys, "flash_forward", "--solution")
     assert code == 0 and TRACE not in out
     code, out = grade(capsys, "flash_backward")

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from lessons.flash_walk import describe
+from lessons.flash_walk import describe, meter
 from test_lessons_command_line import INTERRUPTED, interrupt
 from tinyattn.functional import trace_flash_attention
 
@@ -52,7 +52,7 @@ def test_enter_in_a_terminal_advances_one_tile_and_m_changes_as_the_trace_says()
     os.close(terminal)
     try:
         first = read_until_prompt(controller)
-        assert "forward tile 1 of 10: query rows 0-15 against keys 0-15" in first
+        assert "forward tile 1 of 10 (query rows 0-15, keys 0-15)" in first
         assert "forward tile 2" not in first
         shown = [m_column(first)]
         for tile in (2, 3):
@@ -82,18 +82,37 @@ def test_piped_input_runs_to_the_end():
     tiles = re.findall(r"^(forward|backward) tile (\d+) of (\d+)", done.stdout, flags=re.M)
     assert tiles[0] == ("forward", "1", "9") and tiles[-1] == ("backward", "9", "9") and len(tiles) == 18
     assert "the loop holds [" in done.stdout and "of 12,800 bytes" in done.stdout
+    # What the forward left is said after its last tile, with the backward's columns and order, before backward's
+    # first tile; the last line counts the tiles shown.
+    between = done.stdout.index("forward done: every row's m + log l is its log-sum-exp L")
+    assert done.stdout.index("forward tile 9 of 9") < between < done.stdout.index("backward tile 1 of 9")
+    assert done.stdout.count("forward done:") == 1 and "'sum of P here' is" in done.stdout
+    assert "key block by key" in done.stdout[between:done.stdout.index("backward tile 1 of 9")]
+    assert done.stdout.rstrip().splitlines()[-1] == "done: 18 of the 18 tiles shown"
 
 
 def test_a_backward_tile_shows_p_and_dq_and_bad_sizes_are_refused():
     records = trace()
-    lines = describe(records[-1], 10)
-    assert lines[0] == "backward tile 10 of 10: query rows 48-63 against keys 48-63"
+    lines = describe(records[-1])
+    assert lines[0] == "backward tile 10 of 10 (query rows 48-63, keys 48-63)"
     first_row = lines[3].split()
     assert int(first_row[0]) == 48
     assert float(first_row[1]) == pytest.approx(records[-1]["p"][0, 0, 0].sum(), abs=5e-5)
     bad = subprocess.run([sys.executable, "-m", "lessons", "flash", "--n", "0"], cwd=ROOT, env=environment(),
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--n, --block and --dim must be positive" in bad.stderr
+
+
+def test_a_row_blocks_first_tile_says_why_its_rescale_is_0():
+    """Causal blocks of 16 over 64 rows: forward tiles 1, 2, 4 and 7 are the first of their row blocks, where m
+    before is -inf and the rescale exp(-inf - m) is 0; no other tile says so, and the meter stays its width."""
+    records = trace()
+    firsts = [r["tile"] + 1 for r in records if r["pass"] == "forward" and any("no earlier max" in line
+                                                                              for line in describe(r))]
+    assert firsts == [1, 2, 4, 7]
+    for tile in firsts:
+        assert (records[tile - 1]["alpha"] == 0).all()
+    assert meter(5, 4) == f"[{'#' * 30}] 5 of 4 bytes (125.0%)"
 
 
 def test_with_stdin_closed_the_walk_runs_to_the_end():

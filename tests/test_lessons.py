@@ -39,6 +39,8 @@ EXPECTED_KEYS = {
            "one_layer_second_copy_loss", "k_composition_max", "k_composition_partner_is_prev_token",
            "copying_score_induction", "copying_score_others_max", "residual_decomposition_error", "dla_top_head"},
     "21": {"bpe_ids_match", "bpe_roundtrip", "bytes_per_token"},
+    "22": {"ddp_max_param_diff", "ring_allreduce_max_error", "ring_attention_max_error", "zero_state_bytes_ratio",
+           "allreduce_alpha_us", "allreduce_beta_gbps", "overlap_fraction"},
 }
 
 

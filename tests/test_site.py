@@ -1,11 +1,14 @@
-"""The course site (mkdocs.yml, docs/site_hooks.py): a small quick build (the home page and lessons 06 and 08),
-read as files and then served on 127.0.0.1 to headless Chromium. The full quick site is built by .ci/run before the
-tests; `site_offline_problems` checks it too when it is there."""
+"""The course site (mkdocs.yml, docs/site_hooks.py): a small quick build (the home page and lessons 04, 06 and 08),
+read as files and then served on 127.0.0.1 to headless Chromium; a small default build, of a lesson whose run is
+stored in docs/executed/; the stored runs' bookkeeping. The full quick site is built by .ci/run before the tests;
+`site_offline_problems` checks it too when it is there."""
 import base64
 import functools
+import html
 import http.server
 import importlib.util
 import io
+import json
 import os
 import re
 import shutil
@@ -63,10 +66,10 @@ def _need_site_tools():
 
 @pytest.fixture(scope="module")
 def small_site(tmp_path_factory):
-    """The home page and lessons 06 and 08, quick, built as CI's quick site is (cache kept apart)."""
+    """The home page and lessons 04, 06 and 08, quick, built as CI's quick site is (cache kept apart)."""
     _need_site_tools()
     out = tmp_path_factory.mktemp("site")
-    env = dict(os.environ, TINYATTN_QUICK="1", TINYATTN_SITE_LESSONS="06,08", MPLBACKEND="Agg")
+    env = dict(os.environ, TINYATTN_QUICK="1", TINYATTN_SITE_LESSONS="04,06,08", MPLBACKEND="Agg")
     done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "-q", "-d", str(out)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -130,6 +133,83 @@ def test_the_small_site_has_its_pages_and_fetches_nothing(small_site):
     assert "<td><code>blocks.{l}.attn.hook_attn_scores</code></td>" in points and "the site writes them" not in points
 
 
+def test_a_quick_page_says_so_above_its_prose_and_the_home_page_says_which_build(small_site, hooks):
+    for name in ("04_flash_attention", "06_gpt", "08_vit"):
+        page = (small_site / f"lessons/{name}/index.html").read_text(encoding="utf-8")
+        banner, first_cell = page.find(html.escape(hooks.QUICK_BANNER, quote=False)), page.find("jp-Cell")
+        assert 0 < banner < page.find("Run it yourself") < first_cell, name
+    home = (small_site / "index.html").read_text(encoding="utf-8")
+    assert "This site was built from the lessons&#39; quick runs" in home or \
+        "This site was built from the lessons' quick runs" in home
+
+
+def test_no_page_names_a_folder_of_the_machine_that_built_it(small_site):
+    """The lessons print where tinyattn was imported from, and where files went: on the site, no absolute path."""
+    found = [str(path.relative_to(small_site)) for path in small_site.rglob("*.html")
+             if str(ROOT) in path.read_text(encoding="utf-8")]
+    assert found == []
+    page = (small_site / "lessons/06_gpt/index.html").read_text(encoding="utf-8")
+    assert "imported from the repository&#39;s tinyattn/" in page or "imported from the repository's tinyattn/" in page
+
+
+def test_a_stored_run_keeps_its_shared_blocks_once_and_is_marked_stale_when_its_lesson_changed(hooks, tmp_path,
+                                                                                                monkeypatch):
+    from mkdocs.exceptions import PluginError
+    monkeypatch.setattr(hooks, "EXECUTED", tmp_path)
+    monkeypatch.setattr(hooks, "SHARED_BLOCKS", tmp_path / "shared_blocks.json")
+    theme = "<style>" + "x" * 5000 + "</style>"
+    content = theme + "<p>loss 0.5</p><style>small</style>" + theme
+    lesson = ROOT / "lessons" / "19_complexity.py"
+    record = {"lesson": lesson.name, "lesson_sha256": hooks.file_digest(lesson), "run_on": "2026-11-29",
+              "commit": "abc1234", "content": content, "toc_tokens": [], "title": "19"}
+    stored = tmp_path / "19_complexity.json"
+    hooks._store(stored, record)
+    kept = json.loads(stored.read_text(encoding="utf-8"))["content"]
+    assert "x" * 5000 not in kept and "<style>small</style>" in kept and kept.count("<!-- shared block") == 2
+    assert hooks._blocks_in(kept, stored) == content
+    assert "default run (seed 0) of 2026-11-29 at commit abc1234" in hooks.built_from_note("19", "stored", record)
+    changed = dict(record, lesson_sha256="0" * 64)
+    note = hooks.built_from_note("19", "stored", changed)
+    assert "changed since" in note and "python docs/store_lesson_runs.py 19" in note
+    (tmp_path / "shared_blocks.json").write_text("{}")
+    with pytest.raises(PluginError, match="shared blocks .* that .*shared_blocks.json does not hold"):
+        hooks._blocks_in(kept, stored)
+
+
+def test_a_default_build_without_a_stored_run_says_how_to_store_one(hooks, monkeypatch):
+    from mkdocs.exceptions import PluginError
+    monkeypatch.delenv("TINYATTN_QUICK", raising=False)
+    monkeypatch.delenv("TINYATTN_SITE_STORE", raising=False)
+    assert hooks.build_kind() == "default"
+    note = hooks.built_from_note("11", "quick", None)
+    assert hooks.QUICK_BANNER in note and "python docs/store_lesson_runs.py 11" in note
+    monkeypatch.setenv("TINYATTN_QUICK", "1")
+    assert hooks.build_kind() == "quick" and "store_lesson_runs" not in hooks.built_from_note("11", "quick", None)
+    monkeypatch.setenv("TINYATTN_SITE_STORE", "1")                # quick runs stored as default ones: refused
+    with pytest.raises(PluginError, match="unset TINYATTN_QUICK"):
+        hooks.on_config(None)
+
+
+def test_the_default_build_shows_stored_runs_without_running_them(tmp_path):
+    """`mkdocs build`, the README's command: a lesson with a run stored in docs/executed/ shows it (quick runs where
+    none is stored are the quick build's, tested above)."""
+    _need_site_tools()
+    stored = sorted((ROOT / "docs" / "executed").glob("[0-9][0-9]_*.json"))
+    if not stored:
+        pytest.skip("no lesson has a stored run in docs/executed/")
+    number = stored[0].name[:2]
+    env = {key: value for key, value in os.environ.items() if key != "TINYATTN_QUICK"}
+    env.update(TINYATTN_SITE_LESSONS=number, MPLBACKEND="Agg")
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "-q", "-d", str(tmp_path)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    page = (tmp_path / "lessons" / stored[0].stem / "index.html").read_text(encoding="utf-8")
+    record = json.loads(stored[0].read_text(encoding="utf-8"))
+    assert f"default run (seed 0) of {record['run_on']}" in page and "Built from the quick run" not in page
+    assert "<!-- shared block" not in page and site_offline_problems(tmp_path) == []
+    assert "Which runs this site shows" in (tmp_path / "index.html").read_text(encoding="utf-8")
+
+
 def test_the_full_quick_site_fetches_nothing():
     """The site .ci/run builds before the tests (site/), where it is there."""
     site = ROOT / "site"
@@ -184,5 +264,41 @@ def test_lesson_pages_load_offline_show_their_figures_and_their_views_respond(se
         assert console_errors(driver) == []
         left = [url for url in requested_urls(driver) if not url.startswith((served, "data:", "blob:"))]
         assert left == []
+    finally:
+        driver.quit()
+
+
+def test_the_flash_player_is_on_lesson_04s_quick_page_with_buttons_that_look_like_buttons(served):
+    driver = chromium()
+    from selenium.webdriver.common.by import By
+    try:
+        driver.get(f"{served}/lessons/04_flash_attention/")
+        player = driver.find_element(By.CSS_SELECTOR, "[id^=tinyattn-flash-player-]")
+        button = player.find_element(By.CSS_SELECTOR, "button.next")
+        style = {name: button.value_of_css_property(name)
+                 for name in ("background-color", "border-top-width", "border-top-style", "padding-left")}
+        assert style["background-color"] not in ("rgba(0, 0, 0, 0)", "transparent"), style   # the theme's reset undone
+        assert style["border-top-style"] == "solid" and float(style["border-top-width"][:-2]) >= 1, style
+        assert float(style["padding-left"][:-2]) > 0, style
+        driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", button)
+        before = player.get_attribute("data-step")
+        button.click()
+        assert player.get_attribute("data-step") != before and console_errors(driver) == []
+    finally:
+        driver.quit()
+
+
+def test_lesson_code_fits_the_page_column(served):
+    """The lessons' code is up to 120 columns: on a 1400-pixel window no code cell scrolls sideways."""
+    driver = chromium()
+    from selenium.webdriver.common.by import By
+    try:
+        driver.set_window_size(1400, 1000)
+        for name in ("04_flash_attention", "06_gpt"):
+            driver.get(f"{served}/lessons/{name}/")
+            cells = driver.find_elements(By.CSS_SELECTOR, ".jp-InputArea pre")
+            wide = [cell.text[:60] for cell in cells
+                    if driver.execute_script("return arguments[0].scrollWidth > arguments[0].clientWidth + 1;", cell)]
+            assert cells and wide == [], (name, wide)
     finally:
         driver.quit()

@@ -29,7 +29,8 @@ def test_a_forward_step_shows_the_tiles_seen_the_running_m_and_the_output_so_far
     np.testing.assert_array_equal(state["partial"][:16], trace.output[0, 0, :16])     # finished rows: the output
     assert state["tile_bytes"] < state["matrix_bytes"]
     fig = viz.flash_frame(records, 3, trace.output)
-    assert len(fig.axes) == 4 and "forward tile 3" in fig._suptitle.get_text()
+    assert len(fig.axes) == 4
+    assert fig._suptitle.get_text().startswith("forward tile 4 of 6 (query rows 32-47, keys 0-15); rescale")
     viz.plt.close(fig)
 
 
@@ -55,7 +56,7 @@ def test_the_html_player_is_one_document_with_next_previous_and_play(trace, tmp_
     assert not OFF_PAGE.search(player)
     for control in ("previous", "next", "play"):
         assert f'class="{control}"' in player
-    assert "forward tile 3" in player
+    assert "forward tile 4 of 6 (query rows 32-47, keys 0-15)" in player
     saved = player.save(tmp_path / "flash.html")
     assert open(saved, encoding="utf-8").read().startswith("<!DOCTYPE html>")
 
@@ -68,10 +69,12 @@ def test_the_player_steps_in_a_real_browser(trace, tmp_path):
         driver.get(path.as_uri())
         root = driver.find_element(By.CSS_SELECTOR, ".tinyattn-view")
         caption = driver.find_element(By.CSS_SELECTOR, ".caption")
-        assert root.get_attribute("data-step") == "0" and caption.text.startswith("forward tile 0")
+        assert root.get_attribute("data-step") == "0"
+        assert caption.text.startswith("forward tile 1 of 6 (query rows 0-15, keys 0-15)")
         driver.find_element(By.CSS_SELECTOR, "button.next").click()
         driver.find_element(By.CSS_SELECTOR, "button.next").click()
-        assert root.get_attribute("data-step") == "2" and caption.text.startswith("forward tile 2")
+        assert root.get_attribute("data-step") == "2"
+        assert caption.text.startswith("forward tile 3 of 6 (query rows 16-31, keys 16-31)")
         driver.find_element(By.CSS_SELECTOR, "button.previous").click()
         assert root.get_attribute("data-step") == "1"
         assert driver.find_element(By.CSS_SELECTOR, "img.frame").get_attribute("src").startswith("data:image/png")
@@ -79,6 +82,21 @@ def test_the_player_steps_in_a_real_browser(trace, tmp_path):
         assert [url for url in requested_urls(driver) if not url.startswith(("file:", "data:"))] == []
     finally:
         driver.quit()
+
+
+def test_the_views_take_the_trace_itself_with_its_output_and_grads(trace, tmp_path):
+    """What trace_flash_attention returns goes in as it is: its records, and its output and grads unless given."""
+    last = len(trace.records) - 1
+    whole = step_state(trace, last)
+    np.testing.assert_array_equal(whole["true"], trace.grads[0][0, 0])
+    assert whole["title"] == step_state(trace.records, last, trace.output, trace.grads)["title"]
+    assert whole["title"].startswith("backward tile 6 of 6 (query rows 32-47, keys 32-47); P = exp(S - L)")
+    assert step_state(trace.records, last)["true"] is None
+    player = viz.flash_player_html(trace, steps=[0, last])
+    assert player.count("data:image/png;base64,") == 2 and "backward tile 6 of 6" in player
+    viz.plt.close(viz.flash_frame(trace, 0))
+    with Image.open(viz.flash_animation(trace, tmp_path / "trace.gif", steps=[0, 1])) as gif:
+        assert gif.n_frames == 2
 
 
 def test_records_that_are_not_a_trace_are_refused(trace):

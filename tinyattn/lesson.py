@@ -66,8 +66,10 @@ def options(description="", arguments=()):
     repository_on_path()
     cpu.tune_allocator()          # a lesson is a whole program: let glibc keep freed memory (tinyattn/cpu/tuning.py)
     described = environment.describe()
+    # A page of the course site names no folder of the machine that built it.
+    where = "the repository's tinyattn/" if static_page() else PACKAGE
     print(environment.line(described) + f" · seed {args.seed}" + (" · quick" if args.quick else "") +
-          f" · imported from {PACKAGE}", flush=True)
+          f" · imported from {where}", flush=True)
     mismatch = another_clone(sys.argv[0])
     if mismatch:
         print(mismatch, flush=True)

@@ -8,13 +8,13 @@ and lists each array a Function's ctx holds for its backward.
 An array is reachable from a ctx when save_for_backward was given it or when it is an attribute of ctx (looked for
 inside tuples, lists and dicts). It is named by that attribute, or by the name backward unpacks it into
 (`q, k, v, out, L, mask = ctx.saved_tensors` names the sixth "mask"; "saved[5]" where backward does not unpack
-them). Memory is counted once, by the array that owns it (a view keeps its whole base alive): a second holder gets a
-row of 0 bytes that says who counted it. Besides what ctxs keep, each node of the graph holds its input tensors
-(the engine reads their shapes, dtypes and versions in backward), so an intermediate that no ctx saved stays alive
-too: the report lists those as inputs, after the saved arrays, so that its total is all the graph keeps alive.
-Memory that belongs to a leaf tensor (a parameter, an input) lives on whatever the graph does; it is reported apart
-and left out of the totals. Nothing is recorded while a model runs unless track_modules is on, so the report costs
-nothing until asked for."""
+them), and each row says what backward reads it for (WHY). Memory is counted once, by the array that owns it (a view
+keeps its whole base alive): a second holder gets a row of 0 bytes that says who counted it, and views of one buffer
+(q, k and v split from one projection) say so. That is all the graph keeps alive: a node keeps of its inputs only
+their shapes, dtypes and devices, so an intermediate that no ctx saved is freed once forward is done with it. Memory
+that belongs to a leaf tensor the graph leads to (a parameter, an input that requires grad) lives on whatever the
+graph does; it is reported apart and left out of the total. Nothing is recorded while a model runs unless
+track_modules is on, so the report costs nothing until asked for."""
 import ast
 import contextlib
 import functools
@@ -25,6 +25,82 @@ from . import backend
 from .tensor import Tensor
 
 OUTSIDE = "(no module)"
+
+# What each backward reads a kept array for, by the name it is kept under; "Family.name" where one family's use of a
+# name differs (the family: the op's name without Fast, Reference or Fused; s is attention's scale, g the gradient
+# that comes in, P the attention weights). A name found in neither says "(no reason recorded)": add it here.
+WHY = {
+    "x": "the input: the derivative is taken at x",
+    "a": "first operand: the gradients' formulas read it (b's in a product)",
+    "b": "second operand: the gradients' formulas read it (a's in a product)",
+    "out": "the output, in which the derivative is written (exp: out; tanh: 1 - out^2)",
+    "saved": "an operand: each one's gradient is an einsum of g with the others",
+    "low": "the lower bound: the gradient passes only inside the bounds",
+    "high": "the upper bound: the gradient passes only inside the bounds",
+    "MaxOrMin.x": "the input: g goes where it equals out",
+    "MaxOrMin.out": "the max or min: g goes where x equals it",
+    "index": "which elements were taken: g goes back there",
+    "indices": "where each max or min was: g goes there",
+    "condition": "which input each element came from: g goes to that one",
+    "mask": "where the fill went: no gradient there",
+    "centred": "x - mean: dx = 2 g (x - mean) / (n - correction)",
+    "norm": "the norm: dx = g x |x|^(p-2) / norm^(p-1)",
+    "keep": "the elements dropout kept: g passes there only, scaled by 1 / (1 - p)",
+    "y": "softmax's output: dx = y (g - sum(g y))",
+    "LogSoftmax.y": "log-softmax's output: dx = g - exp(y) sum(g)",
+    "ids": "the token ids: g is added to the weight's rows they index",
+    "log_p": "log-softmax of the logits: dlogits = softmax - one-hot",
+    "target": "the classes: where the one-hot's 1 goes",
+    "valid": "the targets that are not ignore_index: only they get a gradient",
+    "count": "how many targets count: the mean's divisor",
+    "weight": "the weight: dx reads it",
+    "Linear.weight": "W: dx = g W",
+    "Linear.x": "the input: dW = g^T x",
+    "Linear.rows": "the input as rows: dW = g^T rows",
+    "LayerNorm.weight": "gamma: dx reads g gamma",
+    "RMSNorm.weight": "gamma: dx reads g gamma",
+    "normed": "x normalised: dgamma = sum(g x_hat), and dx",
+    "rstd": "1 / std per row: dx = rstd (g_hat - mean(g_hat) - x_hat mean(g_hat x_hat)), g_hat = g gamma",
+    "RMSNorm.rstd": "1 / rms per row: dx = rstd (g_hat - x_hat mean(g_hat x_hat)), g_hat = g gamma",
+    "cdf": "Phi(x): the derivative Phi(x) + x phi(x)",
+    "th": "the tanh inside the approximation: its derivative reads it",
+    "slope": "GELU's derivative at x, made in the forward pass: dx = g slope",
+    "s": "sigmoid(x): the derivative s (1 + x (1 - s))",
+    "q": "Q: dK = s dS^T Q",
+    "k": "K: dQ = s dS K",
+    "FlashAttention.q": "Q: dK = s dS^T Q, and the scores recomputed",
+    "FlashAttention.k": "K: dQ = s dS K, and the scores recomputed",
+    "v": "V: dP = dO V^T",
+    "p": "P: dV = P^T dO, dS = P (dP - D)",
+    "probs": "P of one part of the rows: dV = P^T dO, dS = P (dP - D)",
+    "ScaledDotProductAttention.out": "O: D = rowsum(dO O), for dS",
+    "FlashAttention.out": "O: D = rowsum(dO O), for dS",
+    "FlashAttention.mask": "the attention mask, applied again to the recomputed scores",
+    "L": "log-sum-exp per query row: P = exp(S - L) recomputed, block by block",
+    "minus_m": "-m, each row's shift: with Q, [s Q, -m] made again to recompute P = exp(S - m) / l",
+    "row_sum_inverse": "1 / l per row: with the rows' shifts, P recomputed exactly",
+    "q3": "Q as the CUDA kernel reads it: dK = s dS^T Q",
+    "k3": "K as the CUDA kernel reads it: the scores recomputed, and dQ",
+    "v3": "V as the CUDA kernel reads it: dP = dO V^T",
+    "lse": "log-sum-exp per query row: P = exp(S - L) recomputed",
+    "AdditiveScores.f": "tanh(q + k) per pair: dv = sum(g f), and tanh's derivative 1 - f^2",
+    "AdditiveScores.v": "the scoring vector v: d(q + k) = g v (1 - f^2)",
+    "h": "the previous hidden state: dz = g (h - n), and dW_hh",
+    "r": "the reset gate: dn reaches h_n through r",
+    "z": "the update gate: dh = g z, and dz",
+    "n": "the candidate state: dz = g (h - n), and tanh's derivative 1 - n^2",
+    "h_n": "W_hn h + b_hn: dr reads it",
+    "w_hh": "the recurrent weights: dh = d_gh W_hh",
+    "padded": "the padded input: dW correlates it with g",
+    "cols": "the input unfolded to columns: dW = g cols^T",
+}
+
+
+def why(op, name):
+    """What op's backward reads the array kept as name for (WHY); a subscript ([0], ['key']) is left out."""
+    family = op.removeprefix("Fast").removeprefix("Reference").removeprefix("Fused")
+    base = name.split("[", 1)[0]
+    return WHY.get(f"{family}.{base}", WHY.get(base, "(no reason recorded)"))
 
 
 @functools.lru_cache(maxsize=None)
@@ -140,61 +216,72 @@ def track_modules(model):
 
 
 class MemoryReport:
-    """rows: one dict per array the graph holds (op, call, module, name, shape, dtype, bytes, leaf, kind,
-    counted_at); kind "saved" for what a ctx keeps, "input" for an input tensor that the graph's node holds
-    beside it (the engine keeps each call's inputs to check their gradients' shapes and versions). total_bytes:
-    all that the graph alone keeps alive; saved_bytes: of it, what the ctxs keep; leaf_bytes: held arrays that are
-    leaf tensors' memory, alive anyway."""
+    """rows: one dict per array a ctx keeps (op, call, module, name, shape, dtype, bytes, leaf, counted_at, why,
+    buffer: the viewed buffer's id, shape and this view's bytes, or None).
+    total_bytes: all that the graph alone keeps alive; leaf_bytes: kept arrays that are leaf tensors' memory, alive
+    anyway."""
 
     def __init__(self, rows, freed):
         self.rows, self.freed = rows, freed
         self.total_bytes = sum(row["bytes"] for row in rows if not row["leaf"])
-        self.saved_bytes = sum(row["bytes"] for row in rows if not row["leaf"] and row["kind"] == "saved")
         self.leaf_bytes = sum(row["bytes"] for row in rows if row["leaf"])
 
     def _per(self, key):
         table = {}
         for row in self.rows:
-            entry = table.setdefault(row[key], {"calls": set(), "saved": 0, "inputs": 0, "leaves": 0})
+            entry = table.setdefault(row[key], {"calls": set(), "saved": 0, "leaves": 0})
             entry["calls"].add(row["call"])
-            entry["leaves" if row["leaf"] else "saved" if row["kind"] == "saved" else "inputs"] += row["bytes"]
-        return {name: {"calls": len(e["calls"]), "saved_bytes": e["saved"], "input_bytes": e["inputs"],
-                       "leaf_bytes": e["leaves"]}
-                for name, e in sorted(table.items(), key=lambda item: -item[1]["saved"] - item[1]["inputs"])}
+            entry["leaves" if row["leaf"] else "saved"] += row["bytes"]
+        return {name: {"calls": len(e["calls"]), "saved_bytes": e["saved"], "leaf_bytes": e["leaves"]}
+                for name, e in sorted(table.items(), key=lambda item: -item[1]["saved"])}
 
     def per_op(self):
-        """{op: {"calls", "saved_bytes", "input_bytes", "leaf_bytes"}}, heaviest first."""
+        """{op: {"calls", "saved_bytes", "leaf_bytes"}}, heaviest first."""
         return self._per("op")
 
     def per_module(self):
         """The same per module (OUTSIDE for calls made in no module, or where modules were not tracked)."""
         return self._per("module")
 
-    def arrays(self, op=None, kind="saved"):
-        """The rows of one kind ("saved", "input", None: both), of one op where named."""
-        return [row for row in self.rows if (op is None or row["op"] == op) and (kind is None or row["kind"] == kind)]
+    def arrays(self, op=None):
+        """The rows of one op, or all of them."""
+        return [row for row in self.rows if op is None or row["op"] == op]
+
+    def _sharing(self, row):
+        """How row's memory is shared: a view of a buffer other rows view too (counted once, at the first of them),
+        or an array another row counted; "" for memory of its own."""
+        buffer, shape, view_bytes = row["buffer"] or (None, None, None)
+        others = sorted({r["name"] for r in self.rows if r is not row and r["buffer"] and r["buffer"][0] == buffer})
+        if buffer is None or not others and view_bytes == row["bytes"]:      # its own memory, or a reshape of it
+            return f"(counted at {row['counted_at']})" if row["counted_at"] else ""
+        if row["counted_at"]:
+            return f"(a view of the {shape} buffer counted at {row['counted_at']})"
+        others = [name for name in others if name != row["name"]]
+        sharers = f" that {', '.join(others)} view{'s' * (len(others) == 1)} too" if others else ""
+        return f"(a view of a {shape} buffer{sharers}: its {readable(row['bytes'])} counted once, here)"
 
     def table(self, arrays=True):
-        """The report as text: per op, per module (where tracked), then (arrays=True) every array a ctx keeps."""
+        """The report as text: per op, per module (where tracked), then (arrays=True) every array a ctx keeps, with
+        what backward reads it for."""
         def lines_of(title, per):
-            return [f"{title:36s} {'calls':>5s} {'saved':>10s} {'inputs':>10s} {'leaves':>10s}"] + [
-                f"{name:36s} {e['calls']:5d} {readable(e['saved_bytes']):>10s} {readable(e['input_bytes']):>10s} "
-                f"{readable(e['leaf_bytes']):>10s}" for name, e in per.items()]
-        lines = lines_of("op", self.per_op())
+            return [f"{title:36s} {'calls':>5s} {'saved':>10s} {'leaves':>10s}"] + [
+                f"{name:36s} {e['calls']:5d} {readable(e['saved_bytes']):>10s} {readable(e['leaf_bytes']):>10s}"
+                for name, e in per.items()]
+        lines = lines_of("op", self.per_op()) + [
+            "(saved: what the graph alone keeps alive. leaves: the parameters and inputs it holds, such as the weights",
+            " the arrays below mark \"a leaf's\": alive without the graph, so counted apart and in no total)"]
         modules = self.per_module()
         if list(modules) != [OUTSIDE]:
             lines += [""] + lines_of("module", modules)
         if arrays:
             lines += ["", f"{'op':36s} {'saved array':16s} {'shape':22s} {'dtype':8s} {'bytes':>10s}"]
             for row in self.arrays():
-                note = (" (a leaf's)" if row["leaf"] else "") + (f" (counted at {row['counted_at']})"
-                                                                 if row["counted_at"] else "")
+                note = " ".join(filter(None, [row["why"], "(a leaf's)" if row["leaf"] else "", self._sharing(row)]))
                 lines.append(f"{row['op']:36s} {row['name']:16s} {str(row['shape']):22s} {row['dtype']:8s} "
-                             f"{readable(row['bytes']):>10s}{note}")
-        lines.append(f"the graph keeps {readable(self.total_bytes)} ({self.total_bytes:,} bytes) in "
-                     f"{len({row['call'] for row in self.rows})} calls: {readable(self.saved_bytes)} saved for "
-                     f"backward, {readable(self.total_bytes - self.saved_bytes)} of inputs held beside; besides "
-                     f"{readable(self.leaf_bytes)} of leaf tensors"
+                             f"{readable(row['bytes']):>10s}  {note}")
+        lines.append(f"the graph keeps {readable(self.total_bytes)} ({self.total_bytes:,} bytes) for backward in "
+                     f"{len({row['call'] for row in self.rows})} calls; besides {readable(self.leaf_bytes)} of leaf "
+                     "tensors"
                      + (f"; {self.freed} calls already freed by a backward" if self.freed else ""))
         return "\n".join(lines)
 
@@ -202,7 +289,7 @@ class MemoryReport:
         return self.table()
 
     def __repr__(self):
-        return f"<MemoryReport: {self.total_bytes:,} bytes kept by the graph, {self.saved_bytes:,} saved for backward>"
+        return f"<MemoryReport: {self.total_bytes:,} bytes kept by the graph for backward>"
 
 
 def readable(n):
@@ -220,11 +307,11 @@ def memory_report(output, modules=None):
                          + (f"a tensor with no graph, shape {output.shape}" if isinstance(output, Tensor)
                             else type(output).__name__))
     nodes = _nodes(output)
-    leaves = {id(_owner(t.array)) for node in nodes for t in node.inputs if t is not None and t.grad_fn is None}
+    leaves = {id(_owner(edge.array)) for node in nodes for edge in node.edges if isinstance(edge, Tensor)}
     modules = modules or {}
     counted, rows = {}, []
 
-    def add(call, node, kind, name, array):
+    def add(call, node, name, array):
         op = node.function.__name__
         owner = _owner(array)                           # alive while the graph is, so its id is not reused meanwhile
         first = counted.setdefault(id(owner), None)
@@ -232,15 +319,12 @@ def memory_report(output, modules=None):
             counted[id(owner)] = f"{op}.{name}"
         rows.append({"op": op, "call": call, "module": modules.get(id(node), (None, OUTSIDE))[1], "name": name,
                      "shape": tuple(array.shape), "dtype": str(array.dtype),
-                     "bytes": 0 if first else int(owner.nbytes), "leaf": id(owner) in leaves, "kind": kind,
-                     "counted_at": first})
+                     "bytes": 0 if first else int(owner.nbytes), "leaf": id(owner) in leaves,
+                     "counted_at": first, "why": why(op, name),
+                     "buffer": None if owner is array else (id(owner), tuple(owner.shape), int(array.nbytes))})
 
     live = [(call, node) for call, node in enumerate(nodes) if node.ctx is not None]
-    for call, node in live:                             # what ctxs keep first, so that theirs are the names
-        for name, array in kept_arrays(node.function, node.ctx):
-            add(call, node, "saved", name, array)
     for call, node in live:
-        for i, t in enumerate(node.inputs):
-            if t is not None and id(_owner(t.array)) not in counted:
-                add(call, node, "input", f"input {i}", t.array)
+        for name, array in kept_arrays(node.function, node.ctx):
+            add(call, node, name, array)
     return MemoryReport(rows, len(nodes) - len(live))

@@ -1,11 +1,12 @@
 """The autograd engine: Tensor, Function, the context a Function saves into, and the backward walk.
 
 A Tensor wraps one backend array (numpy or cupy), its ``.array``. Calling a Function on Tensors runs its ``forward``
-on the raw arrays and, when a gradient is wanted, records a Node: which Function ran, its context, and its inputs.
-``Tensor.backward`` then walks those nodes from the output back to the leaves, in topological order, without
-recursion. Each tensor counts the in-place changes of its memory (a version), so backward can refuse to use an
-array that changed after forward saved it. Operators and methods such as ``a + b`` or ``x.sum(dim=1)`` are
-attached by ``tinyattn.ops``.
+on the raw arrays and, when a gradient is wanted, records a Node: which Function ran, its context, and where each
+input's gradient goes with the input's shape, dtype and device (not the input itself: an intermediate no backward
+saved is freed as soon as forward is done with it). ``Tensor.backward`` then walks those nodes from the output back
+to the leaves, in topological order, without recursion. Each tensor counts the in-place changes of its memory (a
+version), so backward can refuse to use an array that changed after forward saved it. Operators and methods such as
+``a + b`` or ``x.sum(dim=1)`` are attached by ``tinyattn.ops``.
 """
 import contextlib
 import threading
@@ -104,6 +105,20 @@ class Context:
         return self._saved
 
 
+class InputMetadata:
+    """What a recorded call remembers of one input tensor once the call is made: its shape, dtype and device, enough
+    to reduce its gradient to it and to name it in errors. The tensor itself is not kept, so an intermediate that no
+    backward saved is freed as soon as nothing else holds it (PyTorch's graph keeps the same)."""
+
+    __slots__ = ("shape", "dtype", "device")
+
+    def __init__(self, array):
+        self.shape, self.dtype, self.device = array.shape, array.dtype, backend.device_of(array)
+
+    def __repr__(self):
+        return f"InputMetadata(shape={self.shape}, dtype={self.dtype}, device={self.device})"
+
+
 class Node:
     """One recorded Function call: the backward step that leads from its output to its inputs."""
 
@@ -112,7 +127,7 @@ class Node:
     def __init__(self, function, ctx, inputs, saved_versions, output):
         self.function = function
         self.ctx = ctx
-        self.inputs = inputs  # a Tensor or None per positional argument of forward
+        self.inputs = [None if t is None else InputMetadata(t.array) for t in inputs]  # per positional argument
         # Where each input's gradient goes: the node that made the input, as it was at this call, or the input
         # itself for a leaf (None: no gradient wanted). An in-place change made later gives the tensor a new node;
         # this call used the old value, so its gradient must still go to the old node.
@@ -511,10 +526,10 @@ def _topological_order(root):
 
 
 def _sum_to_shape(grad, parent, index, node):
-    """The gradient for input `index` reduced to its shape (the one place broadcast gradients are summed back) and
-    dtype. A gradient that does not broadcast to the input is an error, even one of the same size (a transposed
-    gradient of a (5, 4) input is (4, 5): reshaping it would hide the bug)."""
-    shape = parent.array.shape
+    """The gradient for input `index` reduced to that input's shape (parent: its InputMetadata; the one place
+    broadcast gradients are summed back) and dtype. A gradient that does not broadcast to the input is an error, even
+    one of the same size (a transposed gradient of a (5, 4) input is (4, 5): reshaping it would hide the bug)."""
+    shape = parent.shape
     if grad.shape != shape:
         extra = grad.ndim - len(shape)
         fits = extra >= 0 and all(g == s or s == 1 for g, s in zip(grad.shape[extra:], shape))
@@ -524,7 +539,7 @@ def _sum_to_shape(grad, parent, index, node):
         axes = tuple(range(extra)) + tuple(extra + i for i, size in enumerate(shape)
                                            if size == 1 and grad.shape[extra + i] != 1)
         grad = grad.sum(axis=axes, keepdims=True).reshape(shape)
-    dtype = parent.array.dtype
+    dtype = parent.dtype
     return grad if grad.dtype == dtype else grad.astype(dtype)
 
 

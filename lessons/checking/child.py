@@ -165,12 +165,21 @@ class Child:
 
     def trace(self, name, q, k, v, grad, is_causal, block_size):
         """The trace(...) calls (lessons/exercises/given.py) that the learner's flash attention Function name makes
-        in a forward and a backward on the parent's arrays: [forward's, backward's], lists of tuples of arrays."""
+        in a forward and a backward on the parent's arrays, and the L its forward saved: [forward's, backward's, L],
+        lists of tuples of arrays and an array (or None)."""
         calls = to_host(list(record_trace(self.names[name], *self._on_device([q, k, v, grad]), is_causal,
                                           block_size)))
         if any(np.asarray(a).dtype.kind not in "biuf" for call in calls[0] + calls[1] for a in call):
             raise TypeError("trace(...) takes arrays of numbers")
+        if calls[2] is not None and calls[2].dtype.kind not in "biuf":
+            calls[2] = None                                  # not an L the given backward could read
         return calls
+
+    def saved(self, handle):
+        """What the learner's forward of handle saved for backward (ctx.saved_tensors), each array as NumPy's; None
+        for whatever is not an array of numbers."""
+        return [a if backend.is_array(a) and a.dtype.kind in "biuf" else None
+                for a in to_host(list(self.contexts[handle][1].saved_tensors))]
 
     def _on_device(self, value):
         """value with its arrays on the device the parent asked for (the parent sends NumPy arrays)."""

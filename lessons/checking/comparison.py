@@ -98,7 +98,7 @@ def compare_paths(slot, function, call, arrays, grad_of, diagnose=None):
         expected = forward_backward(call, arrays, grad_of)
         with use(**{slot: function}):
             mine = forward_backward(call, arrays, grad_of, expected_shape=expected["output"].shape)
-    verdicts = {what: _failure(assert_close, what, mine[what], expected[what]) for what in expected}
+    verdicts = {what: failure(assert_close, what, mine[what], expected[what]) for what in expected}
     if any(verdicts.values()):
         raise wrong(verdicts, _diagnosis(diagnose, slot, function, call, arrays, grad_of, verdicts))
 
@@ -110,7 +110,7 @@ def gradcheck(slot, function, call, arrays, grad_of, diagnose=None):
     try:
         _gradcheck(slot, function, call, arrays, grad_of)
     except ta.GradcheckError as error:
-        verdicts = {f"d{name}": _failure(_gradcheck, slot, function, call, arrays, {name: i})
+        verdicts = {f"d{name}": failure(_gradcheck, slot, function, call, arrays, {name: i})
                     for name, i in grad_of.items()} if len(grad_of) > 1 else {f"d{next(iter(grad_of))}": str(error)}
         if not any(verdicts.values()):
             raise
@@ -132,7 +132,7 @@ def gradcheck_along_directions_first(call, tensors):
         ta.gradcheck(call, tensors())
 
 
-def _failure(check, *args):
+def failure(check, *args):
     """What check(*args) found wrong, as text; None when it passed."""
     try:
         check(*args)

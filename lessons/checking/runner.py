@@ -244,9 +244,15 @@ class Learner:
                 @staticmethod
                 def trace_calls(q, k, v, grad, is_causal, block_size):
                     """The trace(...) calls of a flash attention Function's forward and backward, made in the
-                    child (lessons/flash_trace_compare.py's record_trace)."""
+                    child, and the L its forward saved (lessons/flash_trace_compare.py's record_trace)."""
                     return learner.request("trace", name=name, q=q, k=k, v=v, grad=grad, is_causal=is_causal,
                                            block_size=block_size)
+
+                @staticmethod
+                def saved_tensors_of(ctx):
+                    """What the forward of ctx saved for backward in the child (ctx.saved_tensors there), as
+                    NumPy arrays (None for anything else)."""
+                    return learner.request("saved", handle=ctx.handle)
             Remote.__name__ = Remote.__qualname__ = name
             return Remote
 

@@ -4,12 +4,16 @@ import textwrap
 
 import numpy as np
 
+import tinyattn as ta
 import tinyattn.functional as F
 from lessons import mistakes
-from lessons.checking.comparison import assert_stays_float32, compare_paths, gradcheck, runs_forward_and_backward
-from lessons.checking.steps import Failed, Run, indented, step
+from lessons.checking.comparison import (assert_close, assert_stays_float32, compare_paths, failure, gradcheck,
+                                         runs_forward_and_backward, use, wrong)
+from lessons.checking.learners_file import Refused
+from lessons.checking.steps import Failed, Mismatch, Run, indented, step
 from lessons.checking.training import TRAINING_STEPS, train_like_the_reference
-from lessons.flash_trace_compare import compare_traces
+from lessons.flash_trace_compare import compare_traces, keeping_lse, last_m_and_l
+from tinyattn.functional.flash_attention import ReferenceFlashAttention
 
 
 def normal(*shape, seed=0, scale=1.0):
@@ -81,7 +85,7 @@ def check_flash(function, which):
     """flash_forward and flash_backward: each leaves one half to the library, so both are graded as a whole. After a
     failure, the learner's trace of the pass `which` ("forward" or "backward") beside the library's."""
     try:
-        _flash_steps(function)
+        _flash_steps(function, which)
     except Failed:
         _show_trace(function, which)
         raise
@@ -91,8 +95,9 @@ def check_flash(function, which):
 
 def _show_trace(function, which):
     """Where the learner's loop calls trace(...) (lessons/exercises/given.py): its values beside the library's at
-    the first tile where they differ (lessons/flash_trace_compare.py), head 0 of each array. Nothing where the loop
-    makes no trace call or agrees with the library's: an explanation of a failure, never a failure of its own."""
+    the first tile where they differ, or its L after a row block's last tile (lessons/flash_trace_compare.py), with
+    the rows that explain it, head 0 of each array. Nothing where the loop makes no trace call or agrees with the
+    library's: an explanation of a failure, never a failure of its own."""
     try:
         difference = compare_traces(function, which, record=getattr(function, "trace_calls", None))
     except Exception:              # the learner's code fails on the trace's case: the steps have said how already
@@ -101,14 +106,55 @@ def _show_trace(function, which):
         return
     print("        your trace beside the library's, at the first tile where they differ:")
     print(indented(difference["text"]))
-    if difference["name"] is not None:
+    for line in difference["table"]:
+        print(" " * 10 + line)
+    if difference["name"] not in (None, "L"):                    # (the table shows both sides' L already)
         for whose, array in (("yours", difference["yours"]), ("the library's", difference["library"])):
             head = array[0, 0] if array.ndim > 2 else array
             print(f"          {difference['name']}, {whose} (head 0, shape {head.shape}):")
             print(textwrap.indent(np.array2string(head, precision=4, max_line_width=104), " " * 12))
 
 
-def _flash_steps(function):
+def _output_and_lse(function, call, arrays):
+    """The output of call(*arrays) with function in flash attention's slot, and the L its forward saved for
+    backward (flash_trace_compare.keeping_lse)."""
+    kept = []
+    with use(flash_attention=keeping_lse(function, kept)):
+        out = call(*(None if a is None else ta.tensor(a, requires_grad=i < 3) for i, a in enumerate(arrays)))
+    return out.numpy(), kept[0]
+
+
+def _forward_verdict(function, call, arrays, options):
+    """None where the learner's forward gives the reference path's output and saves its L; else a Mismatch that
+    says which of the two is wrong and where that points (lessons/mistakes.py)."""
+    (out, lse), (expected_out, expected_lse) = (_output_and_lse(f, call, arrays)
+                                                for f in (function, ReferenceFlashAttention))
+    verdicts = {"output": failure(assert_close, "output", out, expected_out),
+                "L": "your forward saved no L where the given backward reads it: ctx.save_for_backward(q, k, v, "
+                     "out, L, mask)" if lse is None else failure(assert_close, "L", lse, expected_lse)}
+    if not any(verdicts.values()):
+        return None
+    q, k, v, mask = arrays
+    is_causal, enable_gqa, block_size = options
+    m, l = last_m_and_l(F.trace_flash_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
+                                                enable_gqa=enable_gqa, block_size=block_size).records)
+    return wrong(verdicts, mistakes.flash_forward(lse, m, l, {what for what, why in verdicts.items() if why}))
+
+
+def _forward_verdicts(function, cases):
+    """Each case's _forward_verdict, or the error the learner's forward raised on it."""
+    verdicts = {}
+    for case, (q, k, v, mask, *options) in cases.items():
+        try:
+            verdicts[case] = _forward_verdict(function, _flash(*options), (q, k, v, mask), options)
+        except Refused:
+            raise
+        except Exception as error:
+            verdicts[case] = error
+    return verdicts
+
+
+def _flash_steps(function, which):
     q, k, v = normal(2, 2, 5, 3), normal(2, 2, 7, 3, seed=1), normal(2, 2, 7, 4, seed=2)
     cases = {  # (q, k, v, mask, is_causal, enable_gqa, block_size)
         "no mask, 5 queries and 7 keys in blocks of 2": (q, k, v, None, False, False, 2),
@@ -121,11 +167,21 @@ def _flash_steps(function):
     grad_of = {"q": 0, "k": 1, "v": 2}
     with step("your FlashAttention runs forward and backward"):
         runs_forward_and_backward("flash_attention", function, _flash(False, False, 2), (q, k, v), grad_of)
-    with step("gradcheck in float64 on q, k, v", cases) as each:
-        for case, (q, k, v, mask, *options) in cases.items():
-            with each.case(case):
-                gradcheck("flash_attention", function, _flash(*options), (q, k, v, mask), grad_of,
-                          mistakes.attention_pattern)
+    # The forward's exercise: its output and L come first, and only a forward that gives both right is gradchecked
+    # (the given backward is right; its gradients follow whatever the forward hands it).
+    forward = _forward_verdicts(function, cases) if which == "forward" else {}
+    if any(isinstance(verdict, Mismatch) for verdict in forward.values()):
+        with step("your forward's output and L equal the reference path's (before any gradient)", cases) as each:
+            for case, verdict in forward.items():
+                with each.case(case):
+                    if verdict is not None:
+                        raise verdict
+    else:
+        with step("gradcheck in float64 on q, k, v", cases) as each:
+            for case, (q, k, v, mask, *options) in cases.items():
+                with each.case(case):
+                    gradcheck("flash_attention", function, _flash(*options), (q, k, v, mask), grad_of,
+                              mistakes.attention_pattern)
     with step("output and dq, dk, dv equal the reference path's", cases) as each:
         for case, (q, k, v, mask, *options) in cases.items():
             with each.case(case):

@@ -81,14 +81,21 @@ def _helper_loop():
             continue
         if isinstance(task, Later):
             jobs.append(task)
-            continue
-        work, items, index, done, claim = task
-        if not claim.acquire(blocking=False):
-            continue
-        try:
-            done.put((index, work(items), None))
-        except BaseException as error:  # handed to the caller, which raises it
-            done.put((index, None, error))
+        else:
+            _run_share(*task)
+        # A share's work holds the arrays it reads and writes (a backward's saved activations among them): let them
+        # go now, not when the next task comes, which may be a whole layer later.
+        task = None
+
+
+def _run_share(work, items, index, done, claim):
+    """A helper's turn at one share of share(), unless the calling thread has begun it."""
+    if not claim.acquire(blocking=False):
+        return
+    try:
+        done.put((index, work(items), None))
+    except BaseException as error:      # handed to the caller, which raises it
+        done.put((index, None, error))
 
 
 def _start_helpers(count):

@@ -38,6 +38,11 @@ def _transposed_block_with_ones(x, cols):
     return out
 
 
+def _queries_with_shift(q, batch):
+    """An empty [scale Q, -m] (one more column, for each row's -m) over batch: what S - m's products read."""
+    return xp_of(q).empty(batch + q.shape[-2:-1] + (q.shape[-1] + 1,), dtype=q.dtype)
+
+
 def _pieces(rows, cols, is_causal):
     """(rows, cols) pieces of one visible block pair, each worth a product of its own. Under a causal mask a block
     that crosses the diagonal comes as pieces of rows (cpu.split.MASKED_ROWS long, at most half the block), each
@@ -113,7 +118,7 @@ class FastFlashAttention(Function):
         q, k, v, mask, groups = group_heads(q, k, v, mask, enable_gqa)
         batch = broadcast_shapes(q.shape[:-2], k.shape[:-2])
         head = q.shape[-1]
-        q_aug = xp.empty(batch + q.shape[-2:-1] + (head + 1,), dtype=q.dtype)     # [scale Q, -m], m: a row's shift
+        q_aug = _queries_with_shift(q, batch)                            # [scale Q, -m], m: a row's shift
         column_blocks = _blocks(k.shape[-2], block_size)
         # Each column block's ([K^T; 1], [V, 1]), made by the threads together: P [V, 1] = [P V, rowsum P], the
         # running sum rides on the product.
@@ -171,16 +176,21 @@ class FastFlashAttention(Function):
             seen = inverse != 0
             L = xp.where(seen, -q_aug[..., -1:] - xp.log(xp.where(seen, inverse, 1)), xp.inf)
             lse_into.append(merge_heads(L, groups)[..., 0])
-        ctx.save_for_backward(q_aug, k, v, out, row_sum_inverse, mask)
+        # Backward gets q itself (in a model a view of the projection that k and v keep alive too) and the rows'
+        # shifts, and makes [scale Q, -m] again, bit for bit: q_aug would be a copy of q kept to the end of the step.
+        ctx.save_for_backward(q, q_aug[..., head:].copy(), k, v, out, row_sum_inverse, mask)
         ctx.options = (scale, is_causal, block_size, groups)
         return merge_heads(out, groups)
 
     @staticmethod
     def backward(ctx, grad):
-        q_aug, k, v, out, row_sum_inverse, mask = ctx.saved_tensors
+        q, minus_m, k, v, out, row_sum_inverse, mask = ctx.saved_tensors
         scale, is_causal, block_size, groups = ctx.options
         xp = xp_of(grad)
         grad = grad.reshape(out.shape)
+        q_aug = _queries_with_shift(q, minus_m.shape[:-2])
+        xp.multiply(q, scale, out=q_aug[..., :-1])                           # as forward made it: products round alike
+        q_aug[..., -1:] = minus_m
         grad_aug = xp.empty(out.shape[:-1] + (v.shape[-1] + 1,), dtype=q_aug.dtype)   # [dO, -D] / l
 
         def scaled_grad_rows(rows):                            # by the threads together, a row block each

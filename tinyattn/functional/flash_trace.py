@@ -26,10 +26,11 @@ def trace_flash_attention(query, key, value, attn_mask=None, is_causal=False, sc
     and return a FlashTrace. Arguments as flash_attention's; grad_output is dO (ones when None).
 
     Every record has "pass" ("forward" or "backward"), "tile" (its index in that pass), "rows" and "cols" (the
-    query and key positions, (start, stop)), "tile_bytes" (what the loop holds for that tile: the bytes of the
-    arrays below but "partial", each in its dtype, the inputs' one; backward's S - L, in float64, lives only while P
-    is made from it) and "matrix_bytes" (the whole score matrix at the same dtype, which the loop never holds). Its
-    arrays keep the inputs' leading dims (batch, heads):
+    query and key positions, (start, stop)), "label" (how the walk, the player and the grader name it: "forward
+    tile 3 of 10 (query rows 16-31, keys 16-31)", counted from 1 in its pass), "tile_bytes" (what the loop holds
+    for that tile: the bytes of the arrays below but "partial", each in its dtype, the inputs' one; backward's
+    S - L, in float64, lives only while P is made from it) and "matrix_bytes" (the whole score matrix at the same
+    dtype, which the loop never holds). Its arrays keep the inputs' leading dims (batch, heads):
     - forward: "scores" (the masked block S), "p" (exp(S - m)), "m_before", "m", "l_before", "l" (running max and
       normaliser before and after the block), "alpha" (the rescale exp(m_before - m)), "acc" (the unnormalised
       output after it) and "partial" (acc / l: the output as far as the keys seen so far, 0 where l = 0; drawn for
@@ -63,6 +64,9 @@ def trace_flash_attention(query, key, value, attn_mask=None, is_causal=False, sc
             out.backward(Tensor(grad.array if isinstance(grad, Tensor) else grad))
     finally:
         tile_recorder.reset(token)
+    for r in records:
+        r["label"] = (f"{r['pass']} tile {r['tile'] + 1} of {tiles[r['pass']]} (query rows {r['rows'][0]}-"
+                      f"{r['rows'][1] - 1}, keys {r['cols'][0]}-{r['cols'][1] - 1})")
     if not records:
         raise RuntimeError("trace_flash_attention recorded no tile: a Function of one's own (F.use) ran instead of "
                            "flash attention's reference twin, or the inputs have no rows")

@@ -1,11 +1,15 @@
 """Benchmarks: `python -m tinyattn.bench {attention,train-step,matmul,ddp} ...`; the last output line is JSON.
 
 Every measurement runs in its own process (peak resident memory, ru_maxrss, only ever grows) and reports medians.
+Memory comes two ways: extra_mib, the growth of ru_maxrss over the whole run, which depends on how much freed memory
+each allocator keeps; and on the CPU traced_peak_mib, one step's peak as each framework accounts for its own arrays,
+counted the same way for both (Workload.traced_peak_mib).
 `--framework torch` runs the same workload in PyTorch as the side-by-side peer; torch is imported only then, so run
 that from an environment that has it (it is never a dependency of tinyattn).
 """
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import resource
@@ -52,6 +56,28 @@ class Workload:
         step()
         cupy.cuda.Device().synchronize()
         return pool.total_bytes() / 2 ** 20
+
+    def traced_peak_mib(self, step):
+        """The peak of what one step allocates on the CPU, above what was allocated before it, as each framework's
+        own accounting sees its arrays: for tinyattn, tracemalloc (NumPy reports each array's memory to it), for
+        PyTorch, its profiler's memory events (its CPU allocator reports each allocation and free). Both leave out
+        the freeing of memory allocated before the step (the old gradients, say): neither has seen it allocated.
+        Whatever the allocator keeps around for reuse, which ru_maxrss counts, counts in neither. One extra, untimed
+        run."""
+        if self.framework == "torch":
+            cpu = self.torch.profiler.DeviceType.CPU
+            with self.torch.profiler.profile(profile_memory=True) as profile:
+                step()
+            # kineto_results holds every allocation and free in order; events() folds most of them into operators.
+            changes = sorted((event.start_ns(), event.nbytes()) for event in profile.profiler.kineto_results.events()
+                             if event.name() == "[memory]" and event.device_type() == cpu)
+            return max(itertools.accumulate((size for _, size in changes), initial=0)) / 2 ** 20
+        tracemalloc.start()
+        try:
+            step()
+            return tracemalloc.get_traced_memory()[1] / 2 ** 20
+        finally:
+            tracemalloc.stop()
 
     def randn(self, *shape, requires_grad=False):
         if self.framework == "torch":
@@ -275,13 +301,8 @@ def measure(args):
     result = {"command": args.command, "framework": args.framework, "device": args.device,
               "median_s": median, "min_s": min(times), "reps": len(times),
               "extra_mib": peak_rss_mib() - rss_before, **info}
-    if args.framework == "tinyattn" and args.device == "cpu":
-        # NumPy reports its arrays to tracemalloc: the peak of what one step allocates, whatever the allocator
-        # keeps around (ru_maxrss can stay flat when freed memory is reused). One extra, untimed run.
-        tracemalloc.start()
-        step()
-        result["traced_peak_mib"] = tracemalloc.get_traced_memory()[1] / 2 ** 20
-        tracemalloc.stop()
+    if args.device == "cpu":
+        result["traced_peak_mib"] = work.traced_peak_mib(step)
     if args.device == "cuda":
         result["gpu_pool_peak_mib"] = work.pool_peak_mib(step)
     if args.profile:

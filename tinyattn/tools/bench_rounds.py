@@ -137,6 +137,8 @@ def summarize(workloads, runs):
                      "tinyattn_s": statistics.median(ours), "peer_s": statistics.median(theirs),
                      "tinyattn_extra_mib": statistics.median(a["extra_mib"] for a, _ in pairs),
                      "peer_extra_mib": statistics.median(b["extra_mib"] for _, b in pairs),
+                     "tinyattn_traced_peak_mib": statistics.median(a["traced_peak_mib"] for a, _ in pairs),
+                     "peer_traced_peak_mib": statistics.median(b["traced_peak_mib"] for _, b in pairs),
                      "ratio": ratio, "ratio_min": min(ratios), "ratio_max": max(ratios),
                      "ratio_of_medians": statistics.median(ours) / statistics.median(theirs),
                      "target": workloads[name].target, "met": ratio <= workloads[name].target})
@@ -170,8 +172,10 @@ def table(workloads, rows):
     for row in rows:
         verdict = "met" if row["met"] else "**not met**"
         lines.append(f"| {workloads[row['workload']].description}, {row['rounds']} rounds | {ISAS[row['isa']]} | "
-                     f"{row['tinyattn_s']:.4f} s, {row['tinyattn_extra_mib']:.0f} MiB extra | "
-                     f"{row['peer_s']:.4f} s, {row['peer_extra_mib']:.0f} MiB extra | "
+                     f"{row['tinyattn_s']:.4f} s, {row['tinyattn_extra_mib']:.0f} MiB extra, "
+                     f"{row['tinyattn_traced_peak_mib']:.0f} MiB traced peak | "
+                     f"{row['peer_s']:.4f} s, {row['peer_extra_mib']:.0f} MiB extra, "
+                     f"{row['peer_traced_peak_mib']:.0f} MiB traced peak | "
                      f"{row['ratio']:.2f}x ({row['ratio_min']:.2f}-{row['ratio_max']:.2f}); "
                      f"{row['ratio_of_medians']:.2f}x | {row['target']}x: {verdict} |")
     return "\n".join(lines)

@@ -8,7 +8,7 @@ None: the figure shown is the cell's output)."""
 import matplotlib.pyplot as plt  # noqa: F401  (lessons lay out their own figures with viz.plt)
 
 from .attention_html import HTMLView, attention_html, attention_text, patch_attention_html
-from .display import save
+from .display import announce, save
 from .explorer import AttentionExplorer, explore_attention
 from .figures import (TICK_SIZE, attention_distance, attention_grid, attention_heatmap, attention_heatmaps, bars,
                       curves, head_pattern, head_score_map, patch_attention, patching_map, position_encoding,
@@ -16,7 +16,7 @@ from .figures import (TICK_SIZE, attention_distance, attention_grid, attention_h
 from .flash import flash_animation, flash_frame, flash_player_html
 from .graph import draw_graph
 
-__all__ = ["AttentionExplorer", "HTMLView", "TICK_SIZE", "attention_distance", "attention_grid",
+__all__ = ["AttentionExplorer", "HTMLView", "TICK_SIZE", "announce", "attention_distance", "attention_grid",
            "attention_heatmap", "attention_heatmaps", "attention_html", "attention_text", "bars", "curves",
            "draw_graph", "explore_attention", "flash_animation", "flash_frame", "flash_player_html", "head_pattern",
            "head_score_map", "patch_attention", "patch_attention_html", "patching_map", "plt", "position_encoding",

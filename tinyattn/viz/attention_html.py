@@ -88,7 +88,9 @@ def _gaps_note(layers, names, most=6):
 _SHARED_STYLE = """
 .tinyattn-view { font: 13px/1.35 system-ui, sans-serif; color: #222; }
 .tinyattn-view .controls { margin: 4px 0 8px; }
-.tinyattn-view select, .tinyattn-view button { font: inherit; margin-right: 8px; }
+.tinyattn-view select, .tinyattn-view button { font: inherit; margin-right: 8px; padding: 2px 10px; color: #222;
+  background: #f4f4f4; border: 1px solid #999; border-radius: 4px; cursor: pointer; }
+.tinyattn-view button:hover, .tinyattn-view select:hover { background: #e4e4e4; }
 .tinyattn-note { font: 13px/1.35 system-ui, sans-serif; color: #a40; margin: 4px 0; }
 """
 

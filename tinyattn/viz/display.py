@@ -32,6 +32,15 @@ def showing_windows():
     return not in_notebook() and os.environ.get("TINYATTN_SHOW_FIGURES") == "1"
 
 
+def announce(what, path, note=""):
+    """Say where a file of the run was written ("figure: plots/runs/x.png"), relative to the current folder; nothing
+    in a notebook, whose reader sees the figure itself and has no use for a path on the machine that ran it.
+    Returns path."""
+    if not in_notebook():
+        print(f"{what}: {os.path.relpath(path)}{note}", flush=True)
+    return path
+
+
 def save(fig, path):
     """Write fig, a matplotlib figure or an HTML view (attention_html), to path (folders created) and show it where
     it can be seen: inline in a notebook, elsewhere its path (and a figure in a window when stepping on a display).
@@ -45,15 +54,14 @@ def save(fig, path):
             from IPython.display import HTML, display
             display(HTML(str(fig)))
             return None
-        print(f"view: {os.path.relpath(path)} (open it in a browser)", flush=True)
-        return path
+        return announce("view", path, " (open it in a browser)")
     fig.savefig(path, dpi=110, bbox_inches="tight")
     if in_notebook():
         from IPython.display import display
         display(fig)
         path = None
     else:
-        print(f"figure: {os.path.relpath(path)}", flush=True)
+        announce("figure", path)
         if showing_windows():
             plt.show(block=False)
             plt.pause(0.001)

@@ -1,7 +1,7 @@
-"""Flash attention, step by step, from a trace's records (tinyattn.functional.trace_flash_attention): a matplotlib
-frame per visited tile, the frames as a GIF (Pillow), and a self-contained HTML player (next, previous, play;
-nothing fetched, as attention_html's views) for notebooks and pages. The views read the records' plain arrays and numbers only; where
-they keep batch or head dims, the first entry is shown.
+"""Flash attention, step by step, from a trace (what tinyattn.functional.trace_flash_attention returns, or its
+records): a matplotlib frame per visited tile, the frames as a GIF (Pillow), and a self-contained HTML player (next,
+previous, play; nothing fetched, as attention_html's views) for notebooks and pages. The views read the records'
+plain arrays, numbers and labels only; where they keep batch or head dims, the first entry is shown.
 
 A forward frame: the whole score matrix in grey (the tiles visited so far), the current tile lit; each row's
 running max m and normaliser l as bars; the output so far (rows of finished blocks, the current block's partial
@@ -25,11 +25,18 @@ def _host(array):
     return numpy.asarray(array, dtype=float).reshape((-1,) + array.shape[-2:])[0]
 
 
-def _check(records, step=None):
-    if not records or not all(isinstance(r, dict) and "pass" in r for r in records):
-        raise ValueError("expected the records of trace_flash_attention(...).records: a non-empty list of dicts")
+def _unpacked(trace, output, grads, step=None):
+    """records, output, grads of trace: a FlashTrace (its output and grads unless given), or its records alone."""
+    records = getattr(trace, "records", trace)
+    if records is not trace:
+        output = trace.output if output is None else output
+        grads = trace.grads if grads is None else grads
+    if not records or not all(isinstance(r, dict) and "pass" in r and "label" in r for r in records):
+        raise ValueError("expected what trace_flash_attention(...) returns, or its records: a non-empty list of "
+                         "dicts")
     if step is not None and not 0 <= step < len(records):
         raise IndexError(f"step {step} is outside the trace's {len(records)} records")
+    return records, output, grads
 
 
 def _shape(records):
@@ -38,12 +45,13 @@ def _shape(records):
     return rows, cols, _host(records[0]["acc" if "acc" in records[0] else "dv"]).shape[-1]
 
 
-def step_state(records, step, output=None, grads=None):
-    """What frame `step` shows, as plain NumPy arrays and numbers: "matrix" (scores seen so far, NaN where not yet
-    visited), "tile" ((r0, r1, c0, c1)), "lit" (the tile's scores, or P in backward), "m" and "l" (per row, NaN
-    where not reached; forward only), "partial" and "true" (the output so far and the true output, or dQ so far and
-    the true dQ in backward), "tile_bytes", "matrix_bytes", "title"."""
-    _check(records, step)
+def step_state(trace, step, output=None, grads=None):
+    """What frame `step` of trace (a FlashTrace, or its records) shows, as plain NumPy arrays and numbers: "matrix"
+    (scores seen so far, NaN where not yet visited), "tile" ((r0, r1, c0, c1)), "lit" (the tile's scores, or P in
+    backward), "m" and "l" (per row, NaN where not reached; forward only), "partial" and "true" (the output so far
+    and the true output, or dQ so far and the true dQ in backward), "tile_bytes", "matrix_bytes", "title" (the
+    record's label and what the tile does)."""
+    records, output, grads = _unpacked(trace, output, grads, step)
     n, m_keys, width = _shape(records)
     record = records[step]
     which = record["pass"]
@@ -51,7 +59,6 @@ def step_state(records, step, output=None, grads=None):
     matrix = numpy.full((n, m_keys), numpy.nan)
     for r in done:
         matrix[slice(*r["rows"]), slice(*r["cols"])] = _host(r["scores"])
-    rows, cols = slice(*record["rows"]), slice(*record["cols"])
     state = {"matrix": matrix, "tile": record["rows"] + record["cols"], "tile_bytes": record["tile_bytes"],
              "matrix_bytes": record["matrix_bytes"], "pass": which}
     if which == "forward":
@@ -64,17 +71,14 @@ def step_state(records, step, output=None, grads=None):
         alpha = _host(record["alpha"])[:, 0]
         state.update(lit=_host(record["scores"]), m=m, l=l, partial=partial,
                      true=None if output is None else _host(output),
-                     title=f"forward tile {record['tile']}: rows {rows.start}-{rows.stop - 1}, keys "
-                           f"{cols.start}-{cols.stop - 1}; rescale exp(m - m') from {alpha.min():.3g} to "
-                           f"{alpha.max():.3g}")
+                     title=f"{record['label']}; rescale exp(m - m') from {alpha.min():.3g} to {alpha.max():.3g}")
     else:
         grad_q = numpy.zeros((n, _host(record["dq"]).shape[-1]))
         for r in done:
             grad_q[slice(*r["rows"])] += _host(r["dq"])
         state.update(lit=_host(record["p"]), m=None, l=None, partial=grad_q,
                      true=None if grads is None else _host(grads[0]),
-                     title=f"backward tile {record['tile']}: keys {cols.start}-{cols.stop - 1} against rows "
-                           f"{rows.start}-{rows.stop - 1}; P = exp(S - L) recomputed")
+                     title=f"{record['label']}; P = exp(S - L) recomputed")
     return state
 
 
@@ -83,10 +87,11 @@ def _limits(values):
     return (finite.min(), finite.max()) if finite.size else (0.0, 1.0)
 
 
-def flash_frame(records, step, output=None, grads=None, figsize=(11, 3.6)):
-    """One step of the trace as a matplotlib figure (see the module's docstring). output: the true output (and
-    grads: the true dQ, dK, dV) to set beside the partial ones."""
-    s = step_state(records, step, output, grads)
+def flash_frame(trace, step, output=None, grads=None, figsize=(11, 3.6)):
+    """One step of trace (a FlashTrace, or its records) as a matplotlib figure (see the module's docstring). output:
+    the true output (and grads: the true dQ, dK, dV) to set beside the partial ones; a FlashTrace's own by
+    default."""
+    s = step_state(trace, step, output, grads)
     fig, axes = plt.subplots(1, 4, figsize=figsize, layout="constrained",
                              gridspec_kw={"width_ratios": [3, 1.4, 2.2, 0.6]})
     ax = axes[0]
@@ -142,7 +147,8 @@ def _png(fig, dpi=80):
     return buffer.getvalue()
 
 
-def _frames(records, output, grads, steps, dpi):
+def _frames(trace, output, grads, steps, dpi):
+    records, output, grads = _unpacked(trace, output, grads)
     steps = range(len(records)) if steps is None else list(steps)
     if not steps:
         raise ValueError(f"steps={steps}: no step to draw; name some of the trace's {len(records)} records "
@@ -150,20 +156,20 @@ def _frames(records, output, grads, steps, dpi):
     return [(step, _png(flash_frame(records, step, output, grads), dpi)) for step in steps]
 
 
-def flash_animation(records, path, output=None, grads=None, steps=None, seconds_per_frame=0.8, dpi=70):
-    """Write the frames (every record, or those of steps) as an animated GIF at path with Pillow; returns path."""
+def flash_animation(trace, path, output=None, grads=None, steps=None, seconds_per_frame=0.8, dpi=70):
+    """Write the frames of trace (a FlashTrace, or its records: every step, or those of steps) as an animated GIF
+    at path with Pillow; returns path."""
     from PIL import Image
-    _check(records)
-    images = [Image.open(io.BytesIO(png)).convert("RGB") for _, png in _frames(records, output, grads, steps, dpi)]
+    images = [Image.open(io.BytesIO(png)).convert("RGB") for _, png in _frames(trace, output, grads, steps, dpi)]
     images[0].save(path, save_all=True, append_images=images[1:], duration=int(seconds_per_frame * 1000), loop=0)
     return path
 
 
-def flash_player_html(records, output=None, grads=None, steps=None, dpi=70, title="flash attention, tile by tile"):
-    """The frames (every record, or those of steps) as one self-contained HTML document, an HTMLView (a str): the
-    frames inline as PNG, previous, play/pause, next and a slider, the step's numbers as text. Jupyter shows it as
-    the cell's output; viz.save or .save(path) writes it."""
-    _check(records)
+def flash_player_html(trace, output=None, grads=None, steps=None, dpi=70, title="flash attention, tile by tile"):
+    """The frames of trace (a FlashTrace, or its records: every step, or those of steps) as one self-contained HTML
+    document, an HTMLView (a str): the frames inline as PNG, previous, play/pause, next and a slider, the step's
+    numbers as text. Jupyter shows it as the cell's output; viz.save or .save(path) writes it."""
+    records, output, grads = _unpacked(trace, output, grads)
     frames = _frames(records, output, grads, steps, dpi)
     view = f"tinyattn-flash-player-{next(_views)}"
     data = {"id": view, "frames": [f"data:image/png;base64,{base64.b64encode(png).decode()}" for _, png in frames],
