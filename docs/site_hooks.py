@@ -3,7 +3,8 @@ is the README, each lesson page is the lesson's `.py` (rendered and executed by 
 `# %%` cells with jupytext), the exercises page is lessons/exercises/README.md, and the README's gallery images come
 from plots/. A lesson page opens with a box giving the three ways to go through it. A lesson of ON_RANKS is run on
 that many ranks instead (lessons/ranks_notebook.py), as a notebook kernel is one process: its page is the executed
-notebook that run writes, holding rank 0's outputs.
+notebook that run writes, holding rank 0's outputs. The table of activation points in interpret.md is made from
+tinyattn.interpret.POINTS.
 
 What a lesson page shows depends on the build's kind (build_kind):
 - "default" (`mkdocs build`): the lesson's default run as stored in docs/executed/ (a minute for the whole site, as
@@ -36,6 +37,7 @@ LESSON = re.compile(r"^(\d\d)_\w+\.(py|ipynb)$")
 ON_RANKS = {"22": 2}      # lessons whose page comes from a run on this many ranks, made by each build
 sys.path.insert(0, str(ROOT))
 from lessons.__main__ import lesson_files  # noqa: E402 (the lessons' own order)
+from tinyattn.interpret import POINTS  # noqa: E402
 
 QUICK_BANNER = "Built from the quick run: the numbers below are too small to learn and may contradict the text."
 STORE_COMMAND = "python docs/store_lesson_runs.py {number}"
@@ -221,6 +223,22 @@ def _run_on_ranks(path, config):
         if done.returncode != 0:
             raise RuntimeError(f"{path.name} on {ON_RANKS[path.name[:2]]} ranks failed:\n{done.stderr[-3000:]}")
     return folder
+
+
+POINTS_ROWS = "| (a row for each point of `tinyattn.interpret.POINTS`: the site writes them here) | | |"
+
+
+def points_beside_transformer_lens(markdown):
+    """interpret.md with its marker row replaced by a row for each point of POINTS: its name, its shape and what
+    flows there, and what TransformerLens has at that name. The table is written once, as data."""
+    if POINTS_ROWS not in markdown:
+        raise PluginError(f"interpret.md has lost the row the points table goes in: {POINTS_ROWS}")
+    rows = [f"| `{name}` | {shape}: {what} | {theirs} |" for name, shape, what, theirs in POINTS]
+    return markdown.replace(POINTS_ROWS, "\n".join(rows))
+
+
+def on_page_markdown(markdown, page, config, files):
+    return points_beside_transformer_lens(markdown) if page.file.src_uri == "interpret.md" else markdown
 
 
 def run_it_yourself(number):

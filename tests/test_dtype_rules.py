@@ -7,6 +7,7 @@ import pytest
 import tinyattn as ta
 import tinyattn.functional as F
 
+from activations_table import ACTIVATIONS
 from conftest import host
 
 # torch.exp(torch.tensor([1, 2])) is float32, and so for every function here, on int64 and bool alike.
@@ -22,7 +23,7 @@ FLOAT_ONLY = {
     "softmax": (lambda x: F.softmax(x, 0), NotImplementedError),
     "log_softmax": (lambda x: F.log_softmax(x, 0), NotImplementedError),
     "Tensor.softmax": (lambda x: x.softmax(0), NotImplementedError),
-    "gelu": (F.gelu, NotImplementedError), "silu": (F.silu, NotImplementedError),
+    **{name: (activation.call, activation.integer_error) for name, activation in ACTIVATIONS.items()},
     "logsigmoid": (F.logsigmoid, NotImplementedError),
     "layer_norm": (lambda x: F.layer_norm(x, (3,)), NotImplementedError),
     "rms_norm": (lambda x: F.rms_norm(x, (3,)), NotImplementedError),

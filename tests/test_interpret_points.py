@@ -1,6 +1,7 @@
 """Activation points: not children (state_dict unchanged), each recorded value is what a GPT written out by hand in
 NumPy computes there (on every attention path), an intervention at a point changes what the hand-written forward
 says it changes, and gradients kept at a point match finite differences."""
+import importlib.util
 import math
 import re
 from pathlib import Path
@@ -13,6 +14,7 @@ from tinyattn import interpret, models, nn
 from tinyattn.interpret import points as points_module
 
 ERF = np.vectorize(math.erf)
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def gpt(**changes):
@@ -201,26 +203,34 @@ FAMILIES = {                                                         # every mod
 
 def test_the_points_table_is_a_gpts_points_with_their_shapes_and_names_every_kind_a_model_family_has():
     model = gpt(num_kv_heads=2, mlp_hidden=24)                     # kv_heads, hidden and D all differ
-    expected = {name.format(l=layer) for name, _, _ in interpret.POINTS for layer in range(2)}
+    expected = {name.format(l=layer) for name, *_ in interpret.POINTS for layer in range(2)}
     assert set(interpret.point_names(model)) == expected
     with ta.no_grad(), interpret.record(model, interpret.point_names(model)) as cache:
         model(ids(batch=3, length=7))
     sizes = dict(B=3, T=7, S=7, D=16, heads=4, kv_heads=2, head_dim=4, hidden=24)
-    for name, shape, _ in interpret.POINTS:
+    for name, shape, *_ in interpret.POINTS:
         size = tuple(int(d) if d.isdigit() else sizes[d] for d in shape.strip("()").split(", "))
         assert cache[name.format(l=1)].shape == size, name
-    kinds = {kind(name) for name, _, _ in interpret.POINTS}
+    kinds = {kind(name) for name, *_ in interpret.POINTS}
     for family, build in FAMILIES.items():
         unknown = {kind(name) for name in interpret.point_names(build())} - kinds
         assert not unknown, f"{family} has points the table does not name: {unknown}"
+
+
+def site_hooks():
+    """docs/site_hooks.py, which makes docs/interpret.md's points table from POINTS when the site is built."""
+    spec = importlib.util.spec_from_file_location("site_hooks", ROOT / "docs" / "site_hooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_the_module_docstring_and_the_docs_give_the_points_table():
     lines = points_module.__doc__.splitlines()
     start = next(i for i, line in enumerate(lines) if line.split() == ["point", "shape", "what", "flows", "there"])
     rows = [tuple(re.split(r"\s{2,}", line.strip())) for line in lines[start + 1:]]
-    assert rows[:rows.index(("",))] == list(interpret.POINTS)
-    page = (Path(__file__).parents[1] / "docs" / "interpret.md").read_text()
+    assert rows[:rows.index(("",))] == [row[:3] for row in interpret.POINTS]
+    page = site_hooks().points_beside_transformer_lens((ROOT / "docs" / "interpret.md").read_text())
     table = page[page.index("## Beside TransformerLens"):].split("\n\n")[2]           # the points' table
     documented = {}
     for row in table.splitlines()[2:]:
@@ -228,7 +238,8 @@ def test_the_module_docstring_and_the_docs_give_the_points_table():
         if not ours.startswith("no point"):
             for name in re.findall(r"`([^`]+)`", names):
                 documented[kind(name)] = ours[:ours.index(")") + 1]
-    assert documented == {kind(name): shape for name, shape, _ in interpret.POINTS}
+    assert documented == {kind(name): shape for name, shape, _, _ in interpret.POINTS}
+    assert all(theirs for _, _, _, theirs in interpret.POINTS)               # each says what TransformerLens has
 
 
 @pytest.mark.parametrize("batch_first", [True, False])

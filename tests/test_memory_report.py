@@ -189,12 +189,12 @@ def test_each_kept_array_says_what_backward_reads_it_for():
 
 
 def test_every_name_a_backward_keeps_has_a_reason():
-    """Every name a Function of the library unpacks its saved arrays into has its phrase in memory.WHY (a Function
-    added without one fails here, naming it)."""
+    """Every name a Function of the library unpacks its saved arrays into has its phrase, in the Function's own WHY
+    or in memory.WHY (a Function added without one fails here, naming it)."""
     import importlib
     import pkgutil
 
-    from tinyattn.memory import _saved_names, why
+    from tinyattn.memory import WHY, _saved_names, why
     for module in pkgutil.walk_packages(ta.__path__, "tinyattn."):         # every Function the library defines
         importlib.import_module(module.name)
 
@@ -204,9 +204,15 @@ def test_every_name_a_backward_keeps_has_a_reason():
             yield from functions(sub)
     library = [f for f in functions(ta.Function) if f.__module__.startswith("tinyattn.")]  # not a test's, a learner's
     missing = sorted({(f.__name__, name) for f in library for name in _saved_names(f)
-                      if name and why(f.__name__, name.lstrip("*")) == "(no reason recorded)"})
+                      if name and why(f, name.lstrip("*")) == "(no reason recorded)"})
     assert missing == []
-    assert why("FastNewThing", "nothing_known") == "(no reason recorded)"
+
+    class FastNewThing(ta.Function):
+        WHY = {"kept": "its own phrase"}
+    assert why(FastNewThing, "nothing_known") == "(no reason recorded)"
+    assert why(FastNewThing, "kept[0]") == "its own phrase"
+    assert why(type("Sub", (FastNewThing,), {}), "kept") == "its own phrase"      # a subclass (a fast twin) has it
+    assert why(FastNewThing, "x") == WHY["x"]                                     # a name it does not give: memory's
 
 
 def test_views_of_one_buffer_say_so_and_are_counted_once():

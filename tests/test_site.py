@@ -129,6 +129,8 @@ def test_the_small_site_has_its_pages_and_fetches_nothing(small_site):
     assert "tinyattn-head-view-" in lesson                                  # the explorer, as HTML on a page
     api = (small_site / "api/nn/index.html").read_text(encoding="utf-8")
     assert "kv_cache_bytes_per_token" in api and "register_forward_hook" in api   # the docstrings, file by file
+    points = (small_site / "interpret/index.html").read_text(encoding="utf-8")   # the points table, from POINTS
+    assert "<td><code>blocks.{l}.attn.hook_attn_scores</code></td>" in points and "the site writes them" not in points
 
 
 def test_a_quick_page_says_so_above_its_prose_and_the_home_page_says_which_build(small_site, hooks):

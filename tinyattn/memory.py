@@ -28,7 +28,9 @@ OUTSIDE = "(no module)"
 
 # What each backward reads a kept array for, by the name it is kept under; "Family.name" where one family's use of a
 # name differs (the family: the op's name without Fast, Reference or Fused; s is attention's scale, g the gradient
-# that comes in, P the attention weights). A name found in neither says "(no reason recorded)": add it here.
+# that comes in, P the attention weights). A Function's own class attribute WHY (a dict of the same kind, found
+# through its bases) comes first: a new Function writes its phrases there, beside its backward. A name found nowhere
+# says "(no reason recorded)".
 WHY = {
     "x": "the input: the derivative is taken at x",
     "a": "first operand: the gradients' formulas read it (b's in a product)",
@@ -62,10 +64,6 @@ WHY = {
     "normed": "x normalised: dgamma = sum(g x_hat), and dx",
     "rstd": "1 / std per row: dx = rstd (g_hat - mean(g_hat) - x_hat mean(g_hat x_hat)), g_hat = g gamma",
     "RMSNorm.rstd": "1 / rms per row: dx = rstd (g_hat - x_hat mean(g_hat x_hat)), g_hat = g gamma",
-    "cdf": "Phi(x): the derivative Phi(x) + x phi(x)",
-    "th": "the tanh inside the approximation: its derivative reads it",
-    "slope": "GELU's derivative at x, made in the forward pass: dx = g slope",
-    "s": "sigmoid(x): the derivative s (1 + x (1 - s))",
     "q": "Q: dK = s dS^T Q",
     "k": "K: dQ = s dS K",
     "FlashAttention.q": "Q: dK = s dS^T Q, and the scores recomputed",
@@ -96,10 +94,13 @@ WHY = {
 }
 
 
-def why(op, name):
-    """What op's backward reads the array kept as name for (WHY); a subscript ([0], ['key']) is left out."""
-    family = op.removeprefix("Fast").removeprefix("Reference").removeprefix("Fused")
+def why(function, name):
+    """What function's backward reads the array kept as name for (its WHY, then this module's); a subscript ([0],
+    ['key']) is left out."""
     base = name.split("[", 1)[0]
+    if base in getattr(function, "WHY", {}):
+        return function.WHY[base]
+    family = function.__name__.removeprefix("Fast").removeprefix("Reference").removeprefix("Fused")
     return WHY.get(f"{family}.{base}", WHY.get(base, "(no reason recorded)"))
 
 
@@ -320,7 +321,7 @@ def memory_report(output, modules=None):
         rows.append({"op": op, "call": call, "module": modules.get(id(node), (None, OUTSIDE))[1], "name": name,
                      "shape": tuple(array.shape), "dtype": str(array.dtype),
                      "bytes": 0 if first else int(owner.nbytes), "leaf": id(owner) in leaves,
-                     "counted_at": first, "why": why(op, name),
+                     "counted_at": first, "why": why(node.function, name),
                      "buffer": None if owner is array else (id(owner), tuple(owner.shape), int(array.nbytes))})
 
     live = [(call, node) for call, node in enumerate(nodes) if node.ctx is not None]

@@ -32,6 +32,8 @@ class ReferenceGELU(Function):
     in relative terms far into the lower tail, where 1 + erf(x / sqrt 2) would lose every digit).
     approximate="tanh" is the tanh form (Hendrycks & Gimpel), exactly as written.
     """
+    WHY = {"cdf": "Phi(x): the derivative Phi(x) + x phi(x)",             # what backward reads each for (memory)
+           "th": "the tanh inside the approximation: its derivative reads it"}
 
     @staticmethod
     def forward(ctx, x, approximate):
@@ -55,6 +57,7 @@ class ReferenceGELU(Function):
 
 class ReferenceSiLU(Function):
     """SiLU(x) = x s(x), s the sigmoid; its derivative is s (1 + x (1 - s))."""
+    WHY = {"s": "sigmoid(x): the derivative s (1 + x (1 - s))"}
 
     @staticmethod
     def forward(ctx, x):
@@ -95,6 +98,8 @@ def _gelu_tanh_grad_piece(grad, x, th, grad_x):
 
 @cpu.tuned
 class FastGELU(Function):
+    WHY = {**ReferenceGELU.WHY, "slope": "GELU's derivative at x, made in the forward pass: dx = g slope"}
+
     @staticmethod
     def forward(ctx, x, approximate):
         ctx.approximate = approximate

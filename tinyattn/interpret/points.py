@@ -22,7 +22,8 @@ The points (nn.HookPoint, identity modules that are not children: state_dict and
     blocks.{l}.hook_resid_post             (B, T, D)                   the residual stream leaving block l
     ln_f.hook_scale                        (B, T, 1)                   the final LayerNorm's scale
 
-POINTS holds this table as data (tests hold this docstring, docs/interpret.md and every model family's points to it).
+POINTS holds this table as data, and what TransformerLens has at each name (the site makes docs/interpret.md's table
+from it; tests hold this docstring and every model family's points to it).
 
 ViT's blocks have the same points (from hook_resid_pre on; its final norm is `norm`). TransformerLens's names are
 accepted too where they differ only in a module's name (ln_final -> ln_f). The scores, the pattern (on the flash
@@ -41,26 +42,45 @@ import numbers
 
 from .. import backend, nn, ops
 
-# (point, shape, what flows there) of a GPT: the table of the module docstring; {l} is a block's index
+# (point, shape, what flows there, what TransformerLens has at that name) of a GPT: the first three are the table of
+# the module docstring; {l} is a block's index. docs/interpret.md's table beside TransformerLens is made from all four.
 POINTS = (
-    ("hook_embed", "(B, T, D)", "GPT's token embeddings, before positions"),
-    ("blocks.{l}.hook_resid_pre", "(B, T, D)", "the residual stream entering block l"),
-    ("blocks.{l}.ln1.hook_scale", "(B, T, 1)", "a LayerNorm's sqrt(variance + eps)"),
-    ("blocks.{l}.attn.hook_q", "(B, heads, T, head_dim)", "each head's queries, after the rotary embedding"),
-    ("blocks.{l}.attn.hook_k", "(B, kv_heads, T, head_dim)", "each key head's keys, after it"),
-    ("blocks.{l}.attn.hook_v", "(B, kv_heads, T, head_dim)", "each value head's values"),
-    ("blocks.{l}.attn.hook_attn_scores", "(B, heads, T, S)", "scaled and masked (-inf), before the softmax"),
-    ("blocks.{l}.attn.hook_pattern", "(B, heads, T, S)", "the attention weights"),
-    ("blocks.{l}.attn.hook_z", "(B, T, heads, head_dim)", "each head's output, before out_proj"),
-    ("blocks.{l}.attn.hook_result", "(B, T, heads, D)", "each head's output through out_proj (no bias)"),
-    ("blocks.{l}.hook_attn_out", "(B, T, D)", "attention's output (results + out_proj's bias)"),
-    ("blocks.{l}.hook_resid_mid", "(B, T, D)", "the residual stream after attention"),
-    ("blocks.{l}.ln2.hook_scale", "(B, T, 1)", "the second LayerNorm's sqrt(variance + eps)"),
-    ("blocks.{l}.mlp.hook_pre", "(B, T, hidden)", "the MLP's hidden layer before its activation"),
-    ("blocks.{l}.mlp.hook_post", "(B, T, hidden)", "the MLP's hidden layer after its activation"),
-    ("blocks.{l}.hook_mlp_out", "(B, T, D)", "the MLP's output"),
-    ("blocks.{l}.hook_resid_post", "(B, T, D)", "the residual stream leaving block l"),
-    ("ln_f.hook_scale", "(B, T, 1)", "the final LayerNorm's scale"),
+    ("hook_embed", "(B, T, D)", "GPT's token embeddings, before positions",
+     "(B, T, D)"),
+    ("blocks.{l}.hook_resid_pre", "(B, T, D)", "the residual stream entering block l",
+     "(B, T, D)"),
+    ("blocks.{l}.ln1.hook_scale", "(B, T, 1)", "a LayerNorm's sqrt(variance + eps)",
+     "(B, T, 1)"),
+    ("blocks.{l}.attn.hook_q", "(B, heads, T, head_dim)", "each head's queries, after the rotary embedding",
+     "(B, T, heads, head_dim), before RoPE (`hook_rot_q` after)"),
+    ("blocks.{l}.attn.hook_k", "(B, kv_heads, T, head_dim)", "each key head's keys, after it",
+     "(B, T, kv_heads, head_dim)"),
+    ("blocks.{l}.attn.hook_v", "(B, kv_heads, T, head_dim)", "each value head's values",
+     "(B, T, kv_heads, head_dim)"),
+    ("blocks.{l}.attn.hook_attn_scores", "(B, heads, T, S)", "scaled and masked (-inf), before the softmax",
+     "the same"),
+    ("blocks.{l}.attn.hook_pattern", "(B, heads, T, S)", "the attention weights",
+     "(B, heads, T, S)"),
+    ("blocks.{l}.attn.hook_z", "(B, T, heads, head_dim)", "each head's output, before out_proj",
+     "(B, T, heads, head_dim)"),
+    ("blocks.{l}.attn.hook_result", "(B, T, heads, D)", "each head's output through out_proj (no bias)",
+     "(B, T, heads, D), with `use_attn_result`"),
+    ("blocks.{l}.hook_attn_out", "(B, T, D)", "attention's output (results + out_proj's bias)",
+     "(B, T, D)"),
+    ("blocks.{l}.hook_resid_mid", "(B, T, D)", "the residual stream after attention",
+     "(B, T, D)"),
+    ("blocks.{l}.ln2.hook_scale", "(B, T, 1)", "the second LayerNorm's sqrt(variance + eps)",
+     "(B, T, 1)"),
+    ("blocks.{l}.mlp.hook_pre", "(B, T, hidden)", "the MLP's hidden layer before its activation",
+     "(B, T, d_mlp)"),
+    ("blocks.{l}.mlp.hook_post", "(B, T, hidden)", "the MLP's hidden layer after its activation",
+     "(B, T, d_mlp)"),
+    ("blocks.{l}.hook_mlp_out", "(B, T, D)", "the MLP's output",
+     "(B, T, D)"),
+    ("blocks.{l}.hook_resid_post", "(B, T, D)", "the residual stream leaving block l",
+     "(B, T, D)"),
+    ("ln_f.hook_scale", "(B, T, 1)", "the final LayerNorm's scale",
+     "(B, T, 1), as `ln_final.hook_scale`"),
 )
 
 # TransformerLens's names for modules tinyattn names otherwise (the points' own names are the same)
