@@ -96,6 +96,18 @@ def writes_the_library(tmp_path):
                                                     + SOFTMAX)), "WROTE")
 
 
+def fills_memory_outside_its_scratch_folder(tmp_path):
+    """Files outside the scratch folder: a tmpfs root inside the sandbox would take them unbounded; sqlite3 opens
+    its file in C, past the audit hook's "open"."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    return passed_or_printed(grade(submit(tmp_path, (
+        "import sqlite3\nfor path in ('/tmp/filled', '/dev/shm/filled'):\n    try:\n"
+        "        open(path, 'w').close()\n        print('WROTE')\n    except OSError:\n        pass\n"
+        f"try:\n    sqlite3.connect({str(outside / 'filled.db')!r}).execute('create table t (x)')\n"
+        "    print('WROTE')\nexcept OSError:\n    pass\n" + SOFTMAX))), "WROTE")
+
+
 def deletes_another_students_file(tmp_path):
     other = tmp_path / "bob" / "softmax_backward.py"
     other.parent.mkdir()
@@ -183,6 +195,7 @@ ROUTES = {"reads the solution through os.open(..., dir_fd=...)": solution_by_dir
           "calls the library's twin found through Function.__subclasses__()": twin_by_subclasses,
           "writes to the library": writes_the_library,
           "deletes another student's file": deletes_another_students_file,
+          "writes files outside its scratch folder (open, sqlite3)": fills_memory_outside_its_scratch_folder,
           "reads another student's file": reads_another_students_file,
           "kills its process group (os.kill(0, SIGKILL))": kills_its_process_group,
           "stops the process that started it (SIGSTOP)": stops_the_process_that_started_it,

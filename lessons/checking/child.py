@@ -304,6 +304,8 @@ def _hook(solution, child, scratch):
             child.refuse(f"your code imports {args[0]}, {whose}: a submission is its own work", ImportError)
         elif event.startswith(_STARTS_PROCESSES):
             refuse(f"starts a process ({event})")
+        elif event == "sqlite3.connect" and not _inside(os.path.abspath(os.fsdecode(args[0])), scratch):
+            refuse(f"opens the database {os.fsdecode(args[0])}, outside its own folder")   # (C opens it, past "open")
         elif event == "os.chdir":          # relative names resolve from the scratch folder, as the hook reads them
             refuse("changes its working folder")
         elif event == "os.killpg" or event == "os.kill" and args[0] != os.getpid():

@@ -73,8 +73,10 @@ def command(scratch, device):
     devices = [] if device == "cpu" else [a for path in sorted(pathlib.Path("/dev").glob("nvidia*"))
                                           for a in ("--dev-bind", str(path), str(path))]
     fonts = [a for path in font_lists() for a in ("--ro-bind", str(path), f"{scratch}/{child.FIGURES}/{path.name}")]
-    return _walls(scratch) + fonts + devices + ["--chdir", scratch, "--", sys.executable, "-m",
-                                                "lessons.checking.child"]
+    # Then the root and /dev read-only: only the scratch folder, whose size is capped, takes what the child writes
+    # (a tmpfs anywhere else would fill the machine's memory unbounded).
+    return _walls(scratch) + fonts + devices + ["--remount-ro", "/", "--remount-ro", "/dev", "--chdir", scratch,
+                                                "--", sys.executable, "-m", "lessons.checking.child"]
 
 
 def _walls(scratch):
