@@ -238,3 +238,9 @@ def test_legacy_constructors_read_sizes_as_sizes_and_sequences_as_data():
         ta.LongTensor(2, -1)
     with pytest.raises(TypeError, match="takes sizes .* got ndarray, bool"):
         ta.Tensor(array, True)                                                      # requires_grad is a keyword
+
+
+def test_legacy_tensor_of_a_tensor_holds_its_data_not_the_tensor():
+    made = ta.Tensor(ta.ones(2, dtype=ta.float64))           # torch.Tensor(t): the data, in the default float dtype
+    assert type(made.array) is type(ta.ones(1).array) and made.dtype == ta.float32
+    assert made.sum().item() == 2.0

@@ -239,3 +239,8 @@ def test_distributed_sampler_is_a_sampler_a_loader_reads_without_mpi():
     sampler = DistributedSampler(data, num_replicas=3, rank=1, shuffle=False)
     batches = [host(x).tolist() for (x,) in DataLoader(data, batch_size=2, sampler=sampler)]
     assert len(sampler) == 3 and batches == [[1, 4], [0]]
+
+
+def test_default_collate_refuses_numpy_strings_as_pytorch_does():
+    with pytest.raises(TypeError, match="found <U1"):
+        default_collate([np.array(["a"]), np.array(["b"])])

@@ -254,7 +254,7 @@ class Tensor:
         """Tensor(array) holds a NumPy or CuPy array (the engine's own use). PyTorch's legacy forms read as PyTorch
         reads them: Tensor(2, 3) a new uninitialised (2, 3) tensor, Tensor([1, 2]) that data, Tensor() an empty one,
         of the default float dtype."""
-        if len(data) != 1 or type(data[0]) in (int, list, tuple):
+        if len(data) != 1 or type(data[0]) in (int, list, tuple) or isinstance(data[0], Tensor):
             data = (legacy_array(data, backend.get_default_dtype()),)
         self.array = _held(data[0])
         self.grad = None

@@ -19,6 +19,9 @@ def default_collate(batch):
     if isinstance(first, Tensor):
         return stack(batch)
     if isinstance(first, (numpy.ndarray, numpy.generic)):
+        if first.dtype.kind in "SaUO":          # strings, bytes, objects: no tensor holds them
+            raise TypeError(f"default_collate: batch must contain tensors, numpy arrays, numbers, dicts or lists; "
+                            f"found {first.dtype}")
         return tensor(numpy.stack(batch))
     if isinstance(first, float):
         return tensor(batch, dtype=backend.float64)
