@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 EXECUTED = ROOT / "docs" / "executed"        # a lesson's stored default run: NN_name.json
 LESSON = re.compile(r"^(\d\d)_\w+\.(py|ipynb)$")
 ON_RANKS = {"22": 2}      # lessons whose page comes from a run on this many ranks, made by each build
+RANKS_TIMEOUT = 1200      # seconds for such a run (its default run takes under a minute on 2 cores)
 sys.path.insert(0, str(ROOT))
 from lessons.__main__ import lesson_files  # noqa: E402 (the lessons' own order)
 from tinyattn.interpret import POINTS  # noqa: E402
@@ -146,7 +147,7 @@ def _cache_dir(cache=ROOT / ".cache"):
         digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
     here = cache / f"lessons-{kind}-{digest.hexdigest()[:16]}"
     for old in here.parent.glob(f"lessons-{kind}-*"):
-        if old != here:
+        if old != here or kind == "full":      # a store always runs its lessons: the day and commit it stamps are true
             shutil.rmtree(old, ignore_errors=True)
     return here
 
@@ -169,11 +170,13 @@ def which_build():
                 "    `TINYATTN_QUICK=1 mkdocs build`, what CI builds: every lesson page shows a run too small to "
                 "learn, whose numbers may contradict the text. `mkdocs build` shows the default runs stored in the "
                 "repository.\n")
-    stored = [path for path in every if stored_run_path(path).exists()] if build_kind() == "default" else every
+    stored = [path for path in every if stored_run_path(path).exists() or path.name[:2] in ON_RANKS] \
+        if build_kind() == "default" else every
     quick = [path.name[:2] for path in every if path not in stored]
     return ('!!! note "Which runs this site shows"\n'
             f"    {len(stored)} of the {len(every)} lesson pages show the lesson's default run, as stored in the "
-            "repository (`docs/executed/`; each page says when it was run and whether the lesson changed since)"
+            "repository (`docs/executed/`; each page says when it was run and whether the lesson changed since) or, "
+            "for a lesson run on several processes, as this build ran it"
             + (f"; the pages of lessons {', '.join(quick)} show their quick runs, too small to learn, and say so at "
                "their top (no default run of theirs is stored yet)" if quick else "") + ".\n")
 
@@ -216,12 +219,21 @@ def _run_on_ranks(path, config):
     target = folder / "lessons" / _page_name(path)
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
+        # Written aside and renamed once every rank ended well: a failed run leaves nothing a later build would show.
+        partial = target.with_name(target.stem + ".partial.ipynb")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-        done = subprocess.run([sys.executable, "-m", "tinyattn.distributed.run", "--nproc-per-node",
-                               str(ON_RANKS[path.name[:2]]), "-m", "lessons.ranks_notebook", str(path), str(target)],
-                              cwd=ROOT, env=env, capture_output=True, text=True)
+        ranks = ON_RANKS[path.name[:2]]
+        try:
+            done = subprocess.run([sys.executable, "-m", "tinyattn.distributed.run", "--nproc-per-node", str(ranks),
+                                   "-m", "lessons.ranks_notebook", str(path), str(partial)],
+                                  cwd=ROOT, env=env, capture_output=True, text=True, timeout=RANKS_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            partial.unlink(missing_ok=True)
+            raise PluginError(f"{path.name} on {ranks} ranks ran past {RANKS_TIMEOUT} s: stopped") from None
         if done.returncode != 0:
-            raise RuntimeError(f"{path.name} on {ON_RANKS[path.name[:2]]} ranks failed:\n{done.stderr[-3000:]}")
+            partial.unlink(missing_ok=True)
+            raise PluginError(f"{path.name} on {ranks} ranks failed:\n{done.stderr[-3000:]}")
+        partial.replace(target)
     return folder
 
 

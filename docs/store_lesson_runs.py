@@ -14,12 +14,19 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "docs"))
+from site_hooks import ON_RANKS  # noqa: E402 (the hooks' own list)
 
 
 def main(argv):
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
         return 0 if argv else 2
+    on_ranks = sorted(n.zfill(2) for n in argv if n.zfill(2) in ON_RANKS)
+    if on_ranks:
+        print(f"lesson {', '.join(on_ranks)}: its page comes from a run on several processes that each build makes; "
+              "nothing of it is stored", file=sys.stderr)
+        return 2
     env = {key: value for key, value in os.environ.items() if key != "TINYATTN_QUICK"}
     env["TINYATTN_SITE_STORE"] = "1"
     if argv != ["all"]:

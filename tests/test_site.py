@@ -190,6 +190,25 @@ def test_a_default_build_without_a_stored_run_says_how_to_store_one(hooks, monke
         hooks.on_config(None)
 
 
+def test_a_lesson_run_on_ranks_counts_as_a_default_run_is_never_stored_and_a_failed_run_leaves_no_page(
+        hooks, tmp_path, monkeypatch):
+    from mkdocs.exceptions import PluginError
+    monkeypatch.delenv("TINYATTN_QUICK", raising=False)
+    monkeypatch.delenv("TINYATTN_SITE_STORE", raising=False)
+    monkeypatch.setenv("TINYATTN_SITE_LESSONS", ",".join(hooks.ON_RANKS))
+    assert "1 of the 1 lesson pages show the lesson's default run" in hooks.which_build()
+    refused = subprocess.run([sys.executable, "docs/store_lesson_runs.py", *hooks.ON_RANKS], cwd=ROOT,
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "nothing of it is stored" in refused.stderr
+    broken = tmp_path / "lessons" / "22_broken.py"                  # every rank raises at once
+    broken.parent.mkdir()
+    broken.write_text("raise SystemExit(3)\n")
+    config = {"mkdocs-jupyter": type("Plugin", (), {"config": {"cache_dir": str(tmp_path / "cache")}})()}
+    with pytest.raises(PluginError, match="22_broken.py on 2 ranks failed"):
+        hooks._run_on_ranks(broken, type("Config", (), {"plugins": config})())
+    assert not list((tmp_path / "cache").rglob("*.ipynb"))
+
+
 def test_the_default_build_shows_stored_runs_without_running_them(tmp_path):
     """`mkdocs build`, the README's command: a lesson with a run stored in docs/executed/ shows it (quick runs where
     none is stored are the quick build's, tested above)."""
