@@ -99,6 +99,23 @@ def test_one_process_without_mpiexec_is_a_world_of_one(world_of_one):
         dist.init_process_group()
 
 
+def test_a_forward_without_backward_leaves_no_unfinished_reduction_with_unused_parameters(world_of_one):
+    """find_unused_parameters: the unused are marked when the backward begins, as PyTorch does, so a forward whose
+    loss is only looked at (no backward) does not make the next forward refuse."""
+    class HalfUsed(ta.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.used, self.unused = ta.nn.Linear(3, 2), ta.nn.Linear(3, 2)
+
+        def forward(self, x):
+            return self.used(x)
+    model = HalfUsed()
+    ddp = ta.nn.parallel.DistributedDataParallel(model, find_unused_parameters=True)
+    ddp(ta.ones(4, 3)).sum()                                       # looked at, never backpropagated
+    ddp(ta.ones(4, 3)).sum().backward()
+    assert np.allclose(model.used.weight.grad.numpy(), 4.0) and model.unused.weight.grad is None
+
+
 def test_backends_and_worlds_that_cannot_be_are_refused():
     with pytest.raises(RuntimeError, match="has not been initialized"):
         dist.all_reduce(ta.zeros(1))

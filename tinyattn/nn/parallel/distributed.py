@@ -120,6 +120,7 @@ class DistributedDataParallel(Module):
     def _reset(self):
         self._ready = set()             # ids of parameters whose gradient is in its bucket
         self._unused = set()            # ids of those that got none in this backward (find_unused_parameters)
+        self._unreached = []            # the parameters forward's graph does not reach, marked when backward begins
         self._started = []              # (bucket, Work) in bucket order
         for bucket in self._buckets:
             bucket.waiting = len(bucket.params)
@@ -136,9 +137,7 @@ class DistributedDataParallel(Module):
         output = self.module(*args, **kwargs)
         if self._syncing and self.find_unused_parameters:
             used = _parameters_reached(output)
-            for p in self._params:
-                if id(p) not in used:
-                    self._mark_ready(p, None)
+            self._unreached = [p for p in self._params if id(p) not in used]
         return output
 
     def _refuse_unfinished_reduction(self):
@@ -160,6 +159,10 @@ class DistributedDataParallel(Module):
     # -- backward, through the parameters' hooks -------------------------------------------------------------------
     def _grad_ready(self, p):
         if self._syncing:
+            # The unused are marked as backward begins, as PyTorch's are: a forward with no backward leaves none marked.
+            unreached, self._unreached = self._unreached, []
+            for q in unreached:
+                self._mark_ready(q, None)
             self._mark_ready(p, p.grad.array)
 
     def _mark_ready(self, p, grad):
