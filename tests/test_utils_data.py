@@ -244,3 +244,14 @@ def test_distributed_sampler_is_a_sampler_a_loader_reads_without_mpi():
 def test_default_collate_refuses_numpy_strings_as_pytorch_does():
     with pytest.raises(TypeError, match="found <U1"):
         default_collate([np.array(["a"]), np.array(["b"])])
+
+
+def test_batch_size_none_gives_each_samples_arrays_as_tensors_as_pytorchs_default_convert():
+    data = [({"x": np.arange(3, dtype=np.float32), "name": "a"}, np.int64(4)), ({"x": np.ones(3, np.float32),
+                                                                                  "name": "b"}, np.int64(5))]
+    first = next(iter(DataLoader(data, batch_size=None)))
+    assert isinstance(first, tuple) and isinstance(first[0]["x"], torch.Tensor) and first[0]["name"] == "a"
+    assert first[0]["x"].dtype == torch.float32 and host(first[0]["x"]).tolist() == [0.0, 1.0, 2.0]
+    assert isinstance(first[1], torch.Tensor) and first[1].item() == 4
+    strings = np.array(["s"])
+    assert torch.utils.data.default_convert([strings])[0] is strings

@@ -1,7 +1,7 @@
 """DataLoader as torch.utils.data.dataloader's: batches of a dataset, read in the order of a sampler and collated,
 in the calling process. What PyTorch's DataLoader does in worker processes (num_workers > 0) is refused: batches
 here are made where they are used."""
-from ._utils.collate import default_collate
+from ._utils.collate import default_collate, default_convert
 from .sampler import BatchSampler, RandomSampler, SequentialSampler
 
 __all__ = ["DataLoader", "default_collate"]        # default_collate here too, as torch.utils.data.dataloader has it
@@ -12,8 +12,9 @@ class DataLoader:
     collate_fn=None, drop_last=False, generator=None), as PyTorch's. The indices come from sampler (any iterable of
     indices), else from a RandomSampler when shuffle (a new order each pass, drawn from generator or the seeded
     global generator), else in order; batch_size of them at a time make a batch, or batch_sampler gives each batch's
-    indices itself. batch_size=None gives the samples one by one, uncollated. pin_memory and timeout are accepted and
-    change nothing (there are no workers to wait for, no pages to pin)."""
+    indices itself. batch_size=None gives the samples one by one, uncollated, their arrays as tensors
+    (default_convert). pin_memory and timeout are accepted and change nothing (there are no workers to wait for, no
+    pages to pin)."""
 
     def __init__(self, dataset, batch_size=1, shuffle=False, sampler=None, batch_sampler=None, num_workers=0,
                  collate_fn=None, pin_memory=False, drop_last=False, timeout=0, worker_init_fn=None,
@@ -42,7 +43,7 @@ class DataLoader:
             batch_sampler = BatchSampler(sampler, batch_size, drop_last)
         self.dataset, self.batch_size, self.drop_last = dataset, batch_size, drop_last
         self.sampler, self.batch_sampler, self.generator = sampler, batch_sampler, generator
-        self.collate_fn = collate_fn or (default_collate if batch_sampler is not None else (lambda sample: sample))
+        self.collate_fn = collate_fn or (default_collate if batch_sampler is not None else default_convert)
         self.num_workers, self.pin_memory, self.timeout = num_workers, pin_memory, timeout
 
     def __len__(self):

@@ -1,5 +1,6 @@
-"""default_collate: a list of samples as one batch, as PyTorch's (torch.utils.data._utils.collate, where ported code
-imports it from; torch.utils.data.default_collate is the same function)."""
+"""default_collate: a list of samples as one batch, and default_convert: one sample's arrays as tensors, as
+PyTorch's (torch.utils.data._utils.collate, where ported code imports them from; torch.utils.data.default_collate and
+default_convert are the same functions)."""
 import numbers
 
 import numpy
@@ -39,3 +40,17 @@ def default_collate(batch):
         return [default_collate(list(position)) for position in zip(*batch)]
     raise TypeError(f"default_collate: batch must contain tensors, numpy arrays, numbers, dicts or lists; found "
                     f"{type(first).__name__}")
+
+
+def default_convert(sample):
+    """One sample's NumPy arrays and scalars as tensors, through dicts, namedtuples, tuples and lists, as PyTorch's
+    default_convert: what DataLoader(batch_size=None) gives in place of a batch. Strings and string arrays stay."""
+    if isinstance(sample, (numpy.ndarray, numpy.generic)):
+        return sample if sample.dtype.kind in "SaUO" else tensor(sample)
+    if isinstance(sample, dict):
+        return {key: default_convert(value) for key, value in sample.items()}
+    if isinstance(sample, tuple) and hasattr(sample, "_fields"):
+        return type(sample)(*(default_convert(value) for value in sample))
+    if isinstance(sample, (tuple, list)):
+        return type(sample)(default_convert(value) for value in sample)
+    return sample
