@@ -221,6 +221,9 @@ def _held(array):
 _NUMPY_SCALAR = backend.numpy.generic
 
 
+_NDARRAY = backend.numpy.ndarray
+
+
 def legacy_array(args, dtype):
     """The array PyTorch's legacy constructors (torch.Tensor, LongTensor, FloatTensor, ...) make of their arguments,
     of dtype on the default device: sizes give an uninitialised array of that shape (LongTensor(6) holds six
@@ -254,7 +257,9 @@ class Tensor:
         """Tensor(array) holds a NumPy or CuPy array (the engine's own use). PyTorch's legacy forms read as PyTorch
         reads them: Tensor(2, 3) a new uninitialised (2, 3) tensor, Tensor([1, 2]) that data, Tensor() an empty one,
         of the default float dtype."""
-        if len(data) != 1 or type(data[0]) in (int, list, tuple) or isinstance(data[0], Tensor):
+        # The engine's own Tensor(ndarray), which every op's result comes through, is told apart first and cheapest.
+        if len(data) != 1 or type(data[0]) is not _NDARRAY and (type(data[0]) in (int, list, tuple)
+                                                                 or isinstance(data[0], Tensor)):
             data = (legacy_array(data, backend.get_default_dtype()),)
         self.array = _held(data[0])
         self.grad = None
