@@ -17,7 +17,7 @@ import numpy as np
 import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import models, optim, viz
-from tinyattn.data import SequenceTask
+from tinyattn.datasets import SequenceTask
 from tinyattn.lesson import options, plot_path, progress, quick_note, report
 
 args = options(__doc__)                 # also seeds tinyattn's generator: --seed N

@@ -172,7 +172,7 @@ print("after backward, every parameter has its gradient:",
 # 2. scores: Q K^T / sqrt(d/h);
 # 3. mix: softmax(scores) V;
 # 4. output: concatenate the heads and multiply by W_o.
-# Then compare with nn.MultiHeadAttention using the same weights.
+# Then compare with nn.Attention using the same weights.
 #
 # Two ways to store a weight meet here. The layer above kept W_q as (d_in, d_out) and computed x W_q, as papers
 # write it. nn.Linear keeps PyTorch's layout, weight (out_features, in_features), and computes x W^T + b, so the
@@ -180,7 +180,7 @@ print("after backward, every parameter has its gradient:",
 # PyTorch checkpoints store it).
 
 # %%
-mha = nn.MultiHeadAttention(d_model, num_heads).double()
+mha = nn.Attention(d_model, num_heads).double()
 w_qkv, b_qkv = mha.qkv.weight.numpy(), mha.qkv.bias.numpy()
 w_o, b_o = mha.out_proj.weight.numpy(), mha.out_proj.bias.numpy()
 head = d_model // num_heads
@@ -193,7 +193,7 @@ p /= p.sum(-1, keepdims=True)
 mixed = (p @ vh).transpose(0, 2, 1, 3).reshape(1, len(tokens), d_model)       # matmul 3
 out = mixed @ w_o.T + b_o                                                     # matmul 4
 err_multi = float(np.abs(out - mha(ta.tensor(x)).numpy()).max())
-print(f"four matmuls vs nn.MultiHeadAttention: max |difference| = {err_multi:.2e}")
+print(f"four matmuls vs nn.Attention: max |difference| = {err_multi:.2e}")
 assert err_multi < 1e-12
 fig = viz.attention_grid(p[0][None], tokens, tokens, row_names=["layer 0"], title="each head attends its own way")
 viz.save(fig, plot_path(args, "03_heads.png"))

@@ -16,8 +16,10 @@ import numpy as np
 
 import tinyattn as ta
 from tinyattn import interpret, models, optim, viz
-from tinyattn.data import CharCorpus, Tokenizer, bigram_bits_per_char
+from tinyattn.datasets import CharCorpus, bigram_bits_per_char
 from tinyattn.lesson import expect_speedup, from_pretrained, options, plot_path, progress, quick_note, report
+from tinyattn.lesson_training import train_step
+from tinyattn.preprocessing import Tokenizer
 
 args = options(__doc__, [("--weights", dict(default=None, help="meet GPT-2 at the end: a hub name (gpt2, needs the "
                                                                  "hub extra) or a folder of its files"))])
@@ -114,9 +116,7 @@ def three_steps_from_here():
     for _ in range(3):
         x, y = corpus.batch("train", 4, 64, batches_rng)
         _, loss = copy(ta.tensor(x), ta.tensor(y))
-        copy_optimizer.zero_grad()
-        loss.backward()
-        copy_optimizer.step()
+        train_step(loss, copy_optimizer)
         step_losses.append(loss.item())
     return step_losses
 
@@ -143,11 +143,7 @@ losses = []
 for step in (bar := progress(range(steps), desc="training")):
     x, y = corpus.batch("train", batch_size, block, rng)
     _, loss = model(ta.tensor(x), ta.tensor(y))
-    optimizer.zero_grad()
-    loss.backward()
-    optim.clip_grad_norm_(model.parameters(), 1.0)
-    optimizer.step()
-    schedule.step()
+    train_step(loss, optimizer, schedule, clip=model.parameters())
     losses.append(loss.item())
     if step % 10 == 0:
         bar.set_postfix(loss=f"{losses[-1]:.3f}")

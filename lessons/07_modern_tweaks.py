@@ -23,8 +23,9 @@ import numpy as np
 
 import tinyattn as ta
 from tinyattn import models, optim, viz
-from tinyattn.data import CharCorpus
+from tinyattn.datasets import CharCorpus
 from tinyattn.lesson import options, plot_path, progress, quick_note, report
+from tinyattn.lesson_training import train_step
 
 args = options(__doc__)
 corpus = CharCorpus(max_chars=60_000 if args.quick else None)
@@ -58,11 +59,7 @@ def train(overrides, label, seed):
     for _ in progress(range(steps), desc=label):
         x, y = corpus.batch("train", batch_size, base["block_size"], rng)
         _, loss = model(ta.tensor(x), ta.tensor(y))
-        optimizer.zero_grad()
-        (loss + 0.01 * model.aux_loss()).backward()
-        optim.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
+        train_step(loss + 0.01 * model.aux_loss(), optimizer, schedule, clip=model.parameters())
         curve.append(loss.item())
     seconds = time.perf_counter() - start
     model.eval()

@@ -18,8 +18,10 @@ import numpy as np
 import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import interpret, models, optim, viz
-from tinyattn.data import DigitCanvases, ImageProcessor, batches, random_shifts
+from tinyattn.datasets import DigitCanvases, batches, random_shifts
 from tinyattn.lesson import from_pretrained, options, plot_path, progress, quick_note, report
+from tinyattn.lesson_training import train_step
+from tinyattn.preprocessing import ImageProcessor
 
 args = options(__doc__, [("--weights", dict(default=None, help="meet a real ViT at the end: a hub name "
                                                                  "(google/vit-base-patch16-224, needs the hub extra) "
@@ -69,10 +71,7 @@ for epoch in (bar := progress(range(epochs), desc="epochs")):
         rows = train[idx]
         loss = F.cross_entropy(model(ta.tensor(random_shifts(data.images[rows], rng))), ta.tensor(data.labels[rows]),
                                label_smoothing=0.1)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        schedule.step()
+        train_step(loss, optimizer, schedule)
     history.append(accuracy(model, data.split["val"]))
     bar.set_postfix(val_acc=f"{history[-1]:.3f}")
 test_acc = accuracy(model, data.split["test"])

@@ -17,8 +17,9 @@ import numpy as np
 import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import models, optim, viz
-from tinyattn.data import DigitCanvases, batches
+from tinyattn.datasets import DigitCanvases, batches
 from tinyattn.lesson import options, plot_path, progress, quick_note, report
+from tinyattn.lesson_training import train_step
 
 args = options(__doc__)                 # also seeds tinyattn's generator: --seed N
 data = DigitCanvases(canvas=16, scale=2, jitter=False)
@@ -47,10 +48,7 @@ def fit(model, name, lr=2e-3, epochs=epochs):
         for idx in batches(len(train), 64, rng):
             rows = train[idx]
             loss = F.cross_entropy(model(ta.tensor(data.images[rows])), ta.tensor(data.labels[rows]))
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            schedule.step()
+            train_step(loss, optimizer, schedule)
         curve.append(accuracy(model, val))
     return accuracy(model, test), curve, time.perf_counter() - start
 

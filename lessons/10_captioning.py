@@ -12,8 +12,9 @@ import numpy as np
 import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import models, optim, viz
-from tinyattn.data import DigitStrips
+from tinyattn.datasets import DigitStrips
 from tinyattn.lesson import options, plot_path, progress, quick_note, report
+from tinyattn.lesson_training import train_step
 
 args = options(__doc__)                 # also seeds tinyattn's generator: --seed N
 data = DigitStrips(n=800 if args.quick else 6000, length=3)
@@ -37,11 +38,7 @@ for step in (bar := progress(range(steps), desc="training")):
     captions = data.captions[rows]
     logits, _ = model(ta.tensor(data.images[rows]), ta.tensor(captions[:, :-1]))
     loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ta.tensor(captions[:, 1:].reshape(-1)))
-    optimizer.zero_grad()
-    loss.backward()
-    optim.clip_grad_norm_(model.parameters(), 1.0)
-    optimizer.step()
-    schedule.step()
+    train_step(loss, optimizer, schedule, clip=model.parameters())
     losses.append(loss.item())
     if step % 20 == 0:
         bar.set_postfix(loss=f"{losses[-1]:.3f}")

@@ -27,8 +27,9 @@ import numpy as np
 import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import models, optim, viz
-from tinyattn.data import DigitCanvases, batches, random_shifts
+from tinyattn.datasets import DigitCanvases, batches, random_shifts
 from tinyattn.lesson import options, plot_path, progress, quick_note, report
+from tinyattn.lesson_training import train_step
 
 args = options(__doc__)
 # 8x8 digits upscaled to 16x16 and centred on an 18x18 canvas, cut into 6x6 patches: a 3x3 grid of patches, each
@@ -82,10 +83,7 @@ def train_vit(position, images=data.images, image_size=18, patch_size=patch):
             rows = train[idx]
             loss = F.cross_entropy(model(ta.tensor(random_shifts(images[rows], rng))), ta.tensor(data.labels[rows]),
                                    label_smoothing=0.1)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            schedule.step()
+            train_step(loss, optimizer, schedule)
     return model, accuracy(model, images, test), time.perf_counter() - start
 
 

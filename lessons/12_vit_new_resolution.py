@@ -21,8 +21,9 @@ import numpy as np
 import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import models, nn, optim, viz
-from tinyattn.data import DigitCanvases, batches, random_shifts
+from tinyattn.datasets import DigitCanvases, batches, random_shifts
 from tinyattn.lesson import options, plot_path, progress, quick_note, report
+from tinyattn.lesson_training import train_step
 
 args = options(__doc__)                 # also seeds tinyattn's generator: --seed N
 patch = 4
@@ -64,10 +65,7 @@ def fit(side, epochs, lr):
             rows = train[idx]
             images = random_shifts(data[side].images[rows], rng)
             loss = F.cross_entropy(model(ta.tensor(images)), ta.tensor(data[side].labels[rows]), label_smoothing=0.1)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            schedule.step()
+            train_step(loss, optimizer, schedule)
     return time.perf_counter() - start
 
 

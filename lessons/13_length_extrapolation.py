@@ -24,8 +24,9 @@ import numpy as np
 
 import tinyattn as ta
 from tinyattn import models, nn, optim, viz
-from tinyattn.data import CharCorpus, bigram_bits_per_char
+from tinyattn.datasets import CharCorpus, bigram_bits_per_char
 from tinyattn.lesson import options, plot_path, progress, quick_note, report
+from tinyattn.lesson_training import train_step
 
 args = options(__doc__)
 corpus = CharCorpus(max_chars=60_000 if args.quick else None)
@@ -102,11 +103,7 @@ def train_lm(position):
     for _ in progress(range(steps), desc=position):
         x, y = corpus.batch("train", batch_size, train_len, rng)
         _, loss = model(ta.tensor(x), ta.tensor(y))
-        optimizer.zero_grad()
-        loss.backward()
-        optim.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
+        train_step(loss, optimizer, schedule, clip=model.parameters())
     return model, time.perf_counter() - start
 
 

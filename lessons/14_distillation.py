@@ -23,8 +23,9 @@ import numpy as np
 import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import models, optim, viz
-from tinyattn.data import DigitCanvases, batches, random_shifts
+from tinyattn.datasets import DigitCanvases, batches, random_shifts
 from tinyattn.lesson import options, plot_path, progress, quick_note, report
+from tinyattn.lesson_training import train_step
 
 args = options(__doc__)
 data = DigitCanvases(canvas=16, scale=2, jitter=False)
@@ -55,10 +56,7 @@ def fit(model, loss_fn, epochs, lr, seed, label, augment=True):
             rows = train[idx]
             images = random_shifts(data.images[rows], rng) if augment else data.images[rows]
             loss = loss_fn(ta.tensor(images), ta.tensor(data.labels[rows]))
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            schedule.step()
+            train_step(loss, optimizer, schedule)
     return time.perf_counter() - start
 
 # %% [markdown]

@@ -20,7 +20,7 @@ import numpy as np
 
 import tinyattn as ta
 from tinyattn import models, viz
-from tinyattn.data import DigitCanvases
+from tinyattn.datasets import DigitCanvases
 from tinyattn.lesson import options, plot_path, quick_note, report
 from tinyattn.lesson_training import accuracy, fit
 

@@ -21,8 +21,9 @@ import numpy as np
 import tinyattn as ta
 import tinyattn.functional as F
 from tinyattn import models, nn, optim, viz
-from tinyattn.data import DigitCanvases, batches
+from tinyattn.datasets import DigitCanvases, batches
 from tinyattn.lesson import options, plot_path, progress, quick_note, report
+from tinyattn.lesson_training import train_step
 
 args = options(__doc__)
 grid, M = 8, 4                    # an 8x8 map of tokens, windows of 4x4 (the digits Swin's first stage)
@@ -167,10 +168,7 @@ for _ in progress(range(epochs), desc="Swin"):
     for idx in batches(len(train), 64, rng):
         rows = train[idx]
         loss = F.cross_entropy(swin(ta.tensor(data.images[rows])), ta.tensor(data.labels[rows]))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        schedule.step()
+        train_step(loss, optimizer, schedule)
 swin.eval()
 with ta.no_grad():
     swin_acc = float((swin(ta.tensor(data.images[test])).numpy().argmax(-1) == data.labels[test]).mean())

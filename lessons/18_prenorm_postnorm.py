@@ -20,7 +20,7 @@ import numpy as np
 
 import tinyattn as ta
 from tinyattn import models, optim, viz
-from tinyattn.data import CharCorpus
+from tinyattn.datasets import CharCorpus
 from tinyattn.lesson import options, plot_path, progress, quick_note, report
 
 args = options(__doc__)

@@ -16,7 +16,7 @@
 # was A, copies the token found there (B) to the output.
 #
 # The data make this the only way to win: random tokens, in which a stretch of random length is repeated once, a
-# random distance later (`tinyattn.data.repeated_tokens`). Nothing in the first copy can be predicted; the second
+# random distance later (`tinyattn.datasets.repeated_tokens`). Nothing in the first copy can be predicted; the second
 # copy, from its second token on, can be, but only by looking up where the current token stood before, since no
 # fixed offset leads there. No token occurs twice but in the copy (each sequence is drawn without replacement), so
 # the token after an earlier occurrence is never ambiguous. The papers trained on natural text instead, where tokens
@@ -45,9 +45,10 @@ import numpy as np
 
 import tinyattn as ta
 from tinyattn import interpret, models, optim, viz
-from tinyattn.data import repeated_tokens
-from tinyattn.data.repeats import FIRST, SECOND
+from tinyattn.datasets import repeated_tokens
+from tinyattn.datasets.repeats import FIRST, SECOND
 from tinyattn.lesson import from_pretrained, options, plot_path, progress, quick_note, report
+from tinyattn.lesson_training import train_step
 
 args = options(__doc__, [("--weights", dict(default=None, help="also score GPT-2's heads at the end: a hub "
                                                                  "name (gpt2, needs the hub extra) or a folder"))])
@@ -153,9 +154,7 @@ def train(n_layer):
             break
         tokens, _ = repeated_tokens(batch_size, length + 1, vocab, min_span, max_span, rng, distinct=True)
         _, loss = model(ta.tensor(tokens[:, :-1]), ta.tensor(tokens[:, 1:]))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+        train_step(loss, optimizer)
     model.eval()
     return model, history
 

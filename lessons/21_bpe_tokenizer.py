@@ -14,7 +14,7 @@
 # token against vocabulary size) and what it does to numbers, code and languages other than English, and checks the
 # result against Hugging Face's `tokenizers`, which every GPT-2 in the wild is read with: the same merges from the
 # same text, and the same ids on 1,000 strings chosen to be hard. The library's own version of what is built here
-# is `tinyattn.data.bpe`; `data.Tokenizer.from_pretrained(folder, backend="python")` reads a real model's
+# is `tinyattn.preprocessing.bpe`; `Tokenizer.from_pretrained(folder, backend="python")` reads a real model's
 # tokenizer.json (or GPT-2's older vocab.json and merges.txt) with it.
 
 # %%
@@ -29,10 +29,10 @@ import tokenizers
 from tokenizers import decoders, pre_tokenizers, processors, trainers
 
 from tinyattn import viz
-from tinyattn.data import Tokenizer, bpe
-from tinyattn.data.probe_strings import CATEGORIES, probe_strings
-from tinyattn.data.text import DEFAULT_MODULES
+from tinyattn.datasets.text import DEFAULT_MODULES
 from tinyattn.lesson import from_pretrained, options, plot_path, progress, report
+from tinyattn.preprocessing import Tokenizer, bpe
+from tinyattn.preprocessing.probe_strings import CATEGORIES, probe_strings
 
 args = options(__doc__, [("--weights", dict(default=None, help="also read GPT-2's own tokenizer: a hub name (gpt2, "
                                                                  "needs the hub extra) or a folder holding tokenizer.json"))])
@@ -185,7 +185,7 @@ print(f"{len(pieces):,} distinct pieces; {n_by_hand} merges by hand in {time.per
 print("the first 20:", " ".join(a + "+" + b for a, b in merges_by_hand[:20]))
 library = bpe.train(training_texts, 256 + len(SPECIAL) + n_by_hand, special_tokens=SPECIAL)
 assert library.merges == merges_by_hand
-print(f"tinyattn.data.bpe.train learns the same {n_by_hand} merges")
+print(f"tinyattn.preprocessing.bpe.train learns the same {n_by_hand} merges")
 
 # %% [markdown]
 # ## Encoding: the merges replayed in the order they were learned
@@ -278,9 +278,9 @@ assert encoded.count(ids["<|endoftext|>"]) == 1 and decode(encoded) == text
 # A corpus is often larger than memory, and a file is read a line at a time. Encoding each line by itself is not
 # encoding the file: the pattern gives a run of spaces' last space to the word after it, so a line's '\n' and the
 # next line's indentation make one piece in the whole text ('\n   ' then ' return') but two line by line. The
-# library's `encode_iterable` (in `tinyattn.data.bpe`, as `data.Tokenizer`'s) holds back what more text could still
-# change, the last few characters and anything that could begin a special token, and gives the ids of the whole text
-# while holding only a bounded stretch of it.
+# library's `encode_iterable` (in `tinyattn.preprocessing.bpe`, as `Tokenizer`'s) holds back what more text could
+# still change, the last few characters and anything that could begin a special token, and gives the ids of the
+# whole text while holding only a bounded stretch of it.
 
 # %%
 lines = held_out.splitlines(keepends=True)
@@ -366,7 +366,7 @@ assert all(language_tokens[x] >= 1.5 * english_tokens for x in list(SENTENCE)[4:
 # hard: letters of ten scripts, emoji made of several code points (joiners, skin tones, flags), runs of spaces and
 # newlines, digits of several scripts, contractions with straight and curly apostrophes, code, and special tokens
 # where they are whole, cut off, or glued to other text. Every id must agree, and every decoded string must be the
-# text it came from. `data.Tokenizer.from_pretrained(folder, backend="python")`, the library's version of this
+# text it came from. `Tokenizer.from_pretrained(folder, backend="python")`, the library's version of this
 # lesson's code, is held to the same.
 
 # %%
@@ -400,7 +400,7 @@ bpe_ids_match, bpe_roundtrip = float(np.mean(matches)), float(np.mean(roundtrips
 python_backend = Tokenizer.from_pretrained(folder, backend="python")
 assert [python_backend.encode(text) for text in texts] == reference
 print(f"ids equal on {bpe_ids_match:.1%} of the strings, decoded back exactly {bpe_roundtrip:.1%}; "
-      "data.Tokenizer(backend='python') equal on all")
+      "Tokenizer(backend='python') equal on all")
 assert bpe_ids_match == 1.0 and bpe_roundtrip == 1.0
 
 # %% [markdown]

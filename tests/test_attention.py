@@ -361,7 +361,7 @@ def test_additive_attention_matches_definition_and_gradcheck():
 
 # -- multi-head attention module -----------------------------------------------------------------------
 def test_self_attention_is_permutation_equivariant_without_positions():
-    mha = nn.MultiHeadAttention(16, 4).double()
+    mha = nn.Attention(16, 4).double()
     x = randn(2, 7, 16, requires_grad=False)
     perm = np.random.default_rng(0).permutation(7)
     out = host(mha(x))
@@ -372,8 +372,8 @@ def test_self_attention_is_permutation_equivariant_without_positions():
 
 @pytest.mark.parametrize("num_kv_heads", [4, 2, 1])
 def test_mha_naive_and_flash_agree_and_heads_share(num_kv_heads):
-    naive = nn.MultiHeadAttention(16, 4, num_kv_heads=num_kv_heads).double()
-    flash = nn.MultiHeadAttention(16, 4, num_kv_heads=num_kv_heads, impl="flash").double()
+    naive = nn.Attention(16, 4, num_kv_heads=num_kv_heads).double()
+    flash = nn.Attention(16, 4, num_kv_heads=num_kv_heads, impl="flash").double()
     flash.load_state_dict(naive.state_dict())
     x = randn(2, 9, 16)
     pad = np.zeros((2, 9), dtype=bool)
@@ -387,7 +387,7 @@ def test_mha_naive_and_flash_agree_and_heads_share(num_kv_heads):
 
 
 def test_key_padding_mask_hides_padded_keys_and_weights_for_plots():
-    mha = nn.MultiHeadAttention(8, 2).double()
+    mha = nn.Attention(8, 2).double()
     x = randn(1, 6, 8, requires_grad=False)
     pad = ta.tensor(np.array([[False, False, False, False, True, True]]))
     out = host(mha(x, key_padding_mask=pad, need_weights=True))
@@ -403,7 +403,7 @@ def test_key_padding_mask_hides_padded_keys_and_weights_for_plots():
         mha(x, key_padding_mask=ta.tensor([[0, 0, 0, 0, 1, 1]]))
 
 
-@pytest.mark.parametrize("impl", ["naive", "reference", "flash"])
+@pytest.mark.parametrize("impl", ["sdpa", "reference", "flash"])
 @pytest.mark.parametrize("mask", ["causal", "padding", "float", None])
 def test_asking_for_weights_changes_the_road_not_the_output(impl, mask, monkeypatch):
     """need_weights=True forms attention in the open through hook_pattern (the fused paths' output plus a pass for
@@ -411,7 +411,7 @@ def test_asking_for_weights_changes_the_road_not_the_output(impl, mask, monkeypa
     causal mask hides left out of them), with grouped heads; the weights kept are the heads' softmax weights."""
     monkeypatch.setattr(split, "MIN_SHARED_MATMUL", 0)          # many parts, each skipping the keys it cannot see
     monkeypatch.setattr(split, "SCORES_PER_PART", 64)
-    mha = nn.MultiHeadAttention(16, 4, num_kv_heads=2, impl=impl).double()
+    mha = nn.Attention(16, 4, num_kv_heads=2, impl=impl).double()
     x, weight = randn(3, 37, 16), randn(3, 37, 16, requires_grad=False, seed=1)
     kwargs = {"causal": dict(is_causal=True), None: {}, "float": dict(attn_mask=randn(37, 37, requires_grad=False)),
               "padding": dict(key_padding_mask=ta.tensor(np.arange(37)[None, :] >= np.array([37, 20, 5])[:, None]))}
@@ -440,7 +440,7 @@ def test_the_weights_kept_are_what_the_heads_read_and_no_second_pass_runs(monkey
     calls = []
     second_pass = F.attention_weights
     monkeypatch.setattr(F, "attention_weights", lambda *a, **kw: calls.append(1) or second_pass(*a, **kw))
-    mha = nn.MultiHeadAttention(16, 4, impl="flash").eval()
+    mha = nn.Attention(16, 4, impl="flash").eval()
     x = ta.randn(2, 9, 16)
     halved = mha.hook_pattern.register_forward_hook(lambda module, args, pattern: pattern * 0.5)
     with ta.no_grad():
@@ -456,20 +456,20 @@ def test_the_weights_kept_are_what_the_heads_read_and_no_second_pass_runs(monkey
 
 
 def test_cross_attention_shapes_and_errors():
-    cross = nn.MultiHeadAttention(8, 2, cross=True, kv_dim=6)
+    cross = nn.Attention(8, 2, cross=True, kv_dim=6)
     out = cross(ta.randn(2, 3, 8), context=ta.randn(2, 5, 6), need_weights=True)
     assert out.shape == (2, 3, 8) and cross.last_weights.shape == (2, 2, 3, 5)
     with pytest.raises(ValueError, match="cross-attention needs a context"):
         cross(ta.randn(2, 3, 8))
     with pytest.raises(ValueError, match="divisible"):
-        nn.MultiHeadAttention(10, 4)
+        nn.Attention(10, 4)
     with pytest.raises(ValueError, match="dropout"):
-        nn.MultiHeadAttention(8, 2, impl="flash", dropout=0.1)
+        nn.Attention(8, 2, impl="flash", dropout=0.1)
 
 
-@pytest.mark.parametrize("impl", ["naive", "flash", "reference"])
+@pytest.mark.parametrize("impl", ["sdpa", "flash", "reference"])
 def test_multi_head_attention_takes_any_leading_batch_dims(impl):
-    mha = nn.MultiHeadAttention(16, 4, num_kv_heads=2, impl=impl, rotary=nn.RotaryEmbedding(4, max_len=32)).double()
+    mha = nn.Attention(16, 4, num_kv_heads=2, impl=impl, rotary=nn.RotaryEmbedding(4, max_len=32)).double()
     x, weight = randn(2, 3, 5, 16), randn(2, 3, 5, 16, requires_grad=False, seed=1)
     pad = np.zeros((2, 3, 5), dtype=bool)
     pad[0, 1, 3:] = True
@@ -497,17 +497,17 @@ def test_multi_head_attention_takes_any_leading_batch_dims(impl):
             mha(x, **bad)
     with pytest.raises(ValueError, match=r"x of shape \(\.\.\., length, d_model=16\)"):
         mha(randn(16))
-    cross = nn.MultiHeadAttention(8, 2, cross=True, kv_dim=6)
+    cross = nn.Attention(8, 2, cross=True, kv_dim=6)
     assert cross(ta.randn(4, 2, 3, 8), context=ta.randn(4, 2, 7, 6)).shape == (4, 2, 3, 8)
     with pytest.raises(ValueError, match="context with the same leading dims"):
         cross(ta.randn(4, 2, 3, 8), context=ta.randn(2, 7, 6))
 
 
-@pytest.mark.parametrize("impl", ["naive", "flash"])
+@pytest.mark.parametrize("impl", ["sdpa", "flash"])
 @pytest.mark.parametrize("rotary", [False, True])
 def test_kv_cache_decoding_equals_full_sequence(impl, rotary):
     rope = nn.RotaryEmbedding(4, max_len=32) if rotary else None
-    mha = nn.MultiHeadAttention(16, 4, num_kv_heads=2, impl=impl, rotary=rope)
+    mha = nn.Attention(16, 4, num_kv_heads=2, impl=impl, rotary=rope)
     x = ta.randn(2, 10, 16)
     with ta.no_grad():
         full = host(mha(x, is_causal=True))

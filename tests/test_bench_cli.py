@@ -74,7 +74,7 @@ def test_the_traced_peak_counts_what_the_step_allocates_not_what_it_frees_of_old
 
 # -- python -m tinyattn.bench_rounds: the README's method (rounds, each run in its own process) in one command ------
 TINY = bench_rounds.Workload("tiny flash against SDPA in parts", "attention --impl flash --n 64 --heads 2 --dim 8 "
-                             "--reps 1 --warmup 0", "tinyattn", "attention --impl naive --n 64 --heads 2 --dim 8 "
+                             "--reps 1 --warmup 0", "tinyattn", "attention --impl sdpa --n 64 --heads 2 --dim 8 "
                              "--reps 1 --warmup 0", 1.0)
 
 
@@ -144,7 +144,7 @@ def test_the_machine_lines_name_pytorch_where_any_workload_ran_it():
 def test_a_real_round_in_processes_of_their_own_gives_a_table_naming_the_machine():
     runs = bench_rounds.run_rounds({"tiny": TINY}, ["native"], 1, None)
     (ours, theirs), = runs["tiny", "native"]
-    assert ours["impl"] == "flash" and theirs["impl"] == "naive" and ours["median_s"] > 0 and theirs["median_s"] > 0
+    assert ours["impl"] == "flash" and theirs["impl"] == "sdpa" and ours["median_s"] > 0 and theirs["median_s"] > 0
     (line,) = bench_rounds.machine_lines(runs)
     assert line.startswith("native: ") and "kernel" in line and "PyTorch" not in line
     (row,) = bench_rounds.summarize({"tiny": TINY}, runs)

@@ -13,9 +13,9 @@ from collections import Counter
 
 import pytest
 
-from tinyattn.data import Tokenizer, bpe
-from tinyattn.data.probe_strings import CATEGORIES, probe_strings
-from tinyattn.data.text import DEFAULT_MODULES
+from tinyattn.preprocessing import Tokenizer, bpe
+from tinyattn.preprocessing.probe_strings import CATEGORIES, probe_strings
+from tinyattn.datasets.text import DEFAULT_MODULES
 from tinyattn.hub import PretrainedError
 
 SPECIAL = ["<|endoftext|>", "<pad>"]
@@ -247,12 +247,12 @@ def run_without(package, code, folder):
 
 def test_python_backend_needs_no_tokenizers_package(trained):
     folder, theirs = trained
-    result = run_without("tokenizers", "import sys; from tinyattn.data import Tokenizer\n"
+    result = run_without("tokenizers", "import sys; from tinyattn.preprocessing import Tokenizer\n"
                                        "print(Tokenizer.from_pretrained(sys.argv[1], backend='python').encode("
                                        "'def f(x): return x'))", folder)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == str(theirs.encode("def f(x): return x").ids)
-    result = run_without("regex", "import sys; from tinyattn.data import Tokenizer\n"
+    result = run_without("regex", "import sys; from tinyattn.preprocessing import Tokenizer\n"
                                   "Tokenizer.from_pretrained(sys.argv[1], backend='python')", folder)
     assert "needs the regex package" in result.stderr and "pip install regex" in result.stderr
 

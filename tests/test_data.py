@@ -2,10 +2,10 @@
 import numpy as np
 import pytest
 
-from tinyattn.data import (CharCorpus, DateDataset, DigitStrips, NumberWords, SequenceTask, Vocab,
-                           bigram_bits_per_char, number_words, pad_batch, random_shifts, repeated_tokens)
-from tinyattn.data.digits import WORDS
-from tinyattn.data.repeats import FIRST, SECOND
+from tinyattn.datasets import (CharCorpus, DateDataset, DigitStrips, NumberWords, SequenceTask, Vocab,
+                               bigram_bits_per_char, number_words, pad_batch, random_shifts, repeated_tokens)
+from tinyattn.datasets.digits import WORDS
+from tinyattn.datasets.repeats import FIRST, SECOND
 
 
 def test_vocab_round_trip_and_padding():

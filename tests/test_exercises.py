@@ -311,7 +311,7 @@ def test_a_bpe_merge_that_reuses_the_right_half_is_named_with_the_first_string_w
 @instructors
 def test_a_bpe_that_calls_the_librarys_tokenizer_is_refused(tmp_path, capsys):
     mine = tmp_path / "bpe.py"
-    mine.write_text("import numpy as np\n\nfrom tinyattn.data.bpe import ByteLevelBPE\n\n\n"
+    mine.write_text("import numpy as np\n\nfrom tinyattn.preprocessing.bpe import ByteLevelBPE\n\n\n"
                     "def encode_batch(texts, vocab, merges, special_tokens):\n"
                     "    tokenizer = ByteLevelBPE(vocab, merges, {t: vocab[t] for t in special_tokens})\n"
                     "    return [np.array(tokenizer.encode(text).ids) for text in texts]\n")

@@ -232,7 +232,7 @@ def test_interventions_refuse_what_they_cannot_do_and_leave_no_hook():
         with interpret.ablate_heads(model, {"blocks.0.attn": [4]}):
             pass
     with pytest.raises(TypeError, match="'blocks.0.ln1' is a LayerNorm, which has no heads tools can change; they "
-                                        "change the heads of tinyattn's nn.MultiHeadAttention and of PyTorch's "
+                                        "change the heads of tinyattn's nn.Attention and of PyTorch's "
                                         "nn.MultiheadAttention"):
         with interpret.ablate_heads(model, {"blocks.0.ln1": [0]}):
             pass
@@ -313,7 +313,7 @@ def test_pytorchs_multihead_attention_is_recorded_ablated_and_patched(batch_firs
 def test_a_shared_attention_module_is_recorded_once_and_left_as_it_was():
     # PyTorch's named_modules lists a module reachable under two names once (remove_duplicate=True); record must
     # leave its hook_pattern unhooked either way
-    attention = nn.MultiHeadAttention(8, 2)
+    attention = nn.Attention(8, 2)
     model = nn.Sequential(attention, attention)
     assert [name for name, _ in model.named_modules()] == ["", "0", "0.qkv", "0.out_proj"]
     with interpret.record(model) as cache:
@@ -323,7 +323,7 @@ def test_a_shared_attention_module_is_recorded_once_and_left_as_it_was():
         assert len(attention.hook_pattern._forward_hooks) == 2
         model(ta.randn(1, 3, 8))
     assert not attention.hook_pattern.hooked and set(cache.attention) == {"0", "1"}
-    with pytest.warns(UserWarning, match=r"record sees the weights and heads of MultiHeadAttention, "
+    with pytest.warns(UserWarning, match=r"record sees the weights and heads of Attention, "
                                          r"MultiheadAttention only; '0' \(WindowAttention\): output recorded"):
         with interpret.record(nn.Sequential(nn.WindowAttention(8, 2, 2))) as cache:
             pass

@@ -80,7 +80,7 @@ def test_points_are_no_children_and_change_nothing_a_model_saves_or_lists():
     assert all(isinstance(p, nn.HookPoint) for p in nn.hook_point.named_points(model).values())
 
 
-@pytest.mark.parametrize("impl", ["naive", "flash", "reference"])
+@pytest.mark.parametrize("impl", ["sdpa", "flash", "reference"])
 def test_every_recorded_point_is_what_the_hand_written_forward_computes_there(impl):
     model, x = gpt(impl=impl), ids()
     plain = model(x).numpy()
@@ -169,7 +169,7 @@ def test_a_vit_has_the_residual_points_and_they_add_up():
 
 def test_a_row_with_every_key_masked_gives_zero_weights_in_the_open_as_on_the_fused_paths():
     ta.manual_seed(0)
-    attention = nn.MultiHeadAttention(8, 2).double()
+    attention = nn.Attention(8, 2).double()
     x = ta.randn(2, 4, 8).double().requires_grad_()
     padding = ta.tensor(np.array([[False, False, True, False], [True, True, True, True]]))   # sequence 1: all padding
     fused = attention(x, key_padding_mask=padding)
@@ -247,7 +247,7 @@ def test_pytorchs_multihead_attention_has_the_same_points_and_its_heads_results_
     ta.manual_seed(0)
     attention = nn.MultiheadAttention(8, 2, batch_first=batch_first).double()
     nn.init.normal_(attention.out_proj.bias)
-    assert attention.hook_point_names == nn.MultiHeadAttention(8, 2).hook_point_names
+    assert attention.hook_point_names == nn.Attention(8, 2).hook_point_names
     x = ta.randn(3, 5, 8, dtype=ta.float64)
     out, averaged = attention(x, x, x)                            # need_weights=True (PyTorch's default) keeps them
     with ta.no_grad(), interpret.record(attention, ["hook_result", "hook_pattern"]) as cache:

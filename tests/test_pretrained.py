@@ -19,7 +19,7 @@ import pytest
 from safetensors.numpy import save_file
 
 import tinyattn as ta
-from tinyattn import data, hub, models
+from tinyattn import hub, models, preprocessing
 
 from conftest import host
 
@@ -448,7 +448,7 @@ def test_image_processor_resizes_rescales_and_normalises_as_configured(tmp_path)
     ta.manual_seed(0)
     model = models.ViT(models.ViTConfig(image_size=16, patch_size=4, in_chans=3, num_classes=2, d_model=8, depth=1,
                                         num_heads=2))
-    processor = data.ImageProcessor.from_pretrained(vit_files(tmp_path, model, {0: "a", 1: "b"}))
+    processor = preprocessing.ImageProcessor.from_pretrained(vit_files(tmp_path, model, {0: "a", 1: "b"}))
     image = np.zeros((40, 30, 3), np.uint8)
     image[..., 0], image[..., 1], image[..., 2] = 255, 0, 51       # a flat colour survives any resampling
     pixels = processor(image)
@@ -460,10 +460,10 @@ def test_image_processor_resizes_rescales_and_normalises_as_configured(tmp_path)
     settings_file = tmp_path / "vit" / "preprocessor_config.json"
     settings = json.loads(settings_file.read_text())
     settings_file.write_text(json.dumps({**settings, "size": 8}))           # the older files' one number
-    assert data.ImageProcessor.from_pretrained(tmp_path / "vit")(image).shape == (1, 3, 8, 8)
+    assert preprocessing.ImageProcessor.from_pretrained(tmp_path / "vit")(image).shape == (1, 3, 8, 8)
     settings_file.write_text(json.dumps({**settings, "size": {"shortest_edge": 8}}))
     with pytest.raises(hub.PretrainedError, match="shortest_edge"):
-        data.ImageProcessor.from_pretrained(tmp_path / "vit")
+        preprocessing.ImageProcessor.from_pretrained(tmp_path / "vit")
 
 
 def test_image_processor_crops_the_centre_as_transformers_does_and_refuses_what_it_does_not_apply(tmp_path):
@@ -476,22 +476,22 @@ def test_image_processor_crops_the_centre_as_transformers_does_and_refuses_what_
                 "do_normalize": False, "do_pad": False, "image_processor_type": "DeiTImageProcessor"}
     (folder / "preprocessor_config.json").write_text(json.dumps(settings))
     image = np.random.default_rng(0).integers(0, 256, (50, 60, 3), dtype=np.uint8)
-    assert data.ImageProcessor.from_pretrained(folder)(image).shape == (1, 3, 32, 32)
+    assert preprocessing.ImageProcessor.from_pretrained(folder)(image).shape == (1, 3, 32, 32)
     (folder / "preprocessor_config.json").write_text(json.dumps({**settings, "do_resize": False,
                                                                  "crop_size": {"height": 3, "width": 3}}))
     ramp = np.arange(6 * 8, dtype=np.uint8).reshape(6, 8, 1).repeat(3, axis=2)      # pixel value = 8 * y + x
-    cropped = data.ImageProcessor.from_pretrained(folder)(ramp)[0, 0] * 255
+    cropped = preprocessing.ImageProcessor.from_pretrained(folder)(ramp)[0, 0] * 255
     np.testing.assert_allclose(cropped, [[8 * y + x for x in (2, 3, 4)] for y in (1, 2, 3)], atol=1e-4)
     (folder / "preprocessor_config.json").write_text(json.dumps({**settings, "do_resize": False,
                                                                  "crop_size": {"height": 5, "width": 4}}))
     small = np.full((2, 1, 3), 255, np.uint8)
-    padded = data.ImageProcessor.from_pretrained(folder)(small)[0, 0]
+    padded = preprocessing.ImageProcessor.from_pretrained(folder)(small)[0, 0]
     assert padded.shape == (5, 4)
     np.testing.assert_array_equal(np.argwhere(padded == 1), [[1, 1], [2, 1]])      # pads (1, 2) rows, (1, 2) cols
     for key, value in [("crop_pct", 0.875), ("do_pad", True), ("size_divisor", 32)]:
         (folder / "preprocessor_config.json").write_text(json.dumps({**settings, key: value}))
         with pytest.raises(hub.PretrainedError, match=f"sets {key}, which ImageProcessor does not apply"):
-            data.ImageProcessor.from_pretrained(folder)
+            preprocessing.ImageProcessor.from_pretrained(folder)
 
 
 def byte_level_bpe(text):
@@ -508,7 +508,7 @@ def byte_level_bpe(text):
 def test_tokenizer_reads_tokenizer_json(tmp_path):
     bpe = byte_level_bpe("the cat sat on the mat")
     bpe.save(str(tmp_path / "tokenizer.json"))
-    tokenizer = data.Tokenizer.from_pretrained(tmp_path)
+    tokenizer = preprocessing.Tokenizer.from_pretrained(tmp_path)
     ids = tokenizer.encode("the cat sat")
     assert tokenizer.decode(ids) == "the cat sat" and tokenizer.decode(ta.tensor(ids)) == "the cat sat"
     assert tokenizer.tokens("the cat") == ["the", "Ġcat"] and len(ids) == 3
@@ -520,7 +520,7 @@ def test_decode_keeps_special_tokens_and_batch_decode_takes_generates_output(tmp
     bpe = byte_level_bpe("the cat sat on the mat")
     bpe.add_special_tokens(["<|endoftext|>"])
     bpe.save(str(tmp_path / "tokenizer.json"))
-    tokenizer = data.Tokenizer.from_pretrained(tmp_path)
+    tokenizer = preprocessing.Tokenizer.from_pretrained(tmp_path)
     ids = tokenizer.encode("the cat<|endoftext|>the mat")
     assert tokenizer.decode(ids) == "the cat<|endoftext|>the mat"
     assert tokenizer.decode(ids, skip_special_tokens=True) == "the catthe mat"
@@ -534,12 +534,12 @@ def test_decode_keeps_special_tokens_and_batch_decode_takes_generates_output(tmp
 def test_a_missing_or_foreign_tokenizer_json_says_what_it_is_and_what_to_do(tmp_path):
     pytest.importorskip("tokenizers")
     with pytest.raises(hub.PretrainedError, match="holds no tokenizer.json.*a prompt needs it.*huggingface.co/gpt2"):
-        data.Tokenizer.from_pretrained(tmp_path)
+        preprocessing.Tokenizer.from_pretrained(tmp_path)
     for content in ('{"a": 1}', "[]", '{"version": "1.0"}'):
         (tmp_path / "tokenizer.json").write_text(content)
         with pytest.raises(hub.PretrainedError, match="tokenizer.json is not a tokenizer the tokenizers package "
                                                       "reads"):
-            data.Tokenizer.from_pretrained(tmp_path)
+            preprocessing.Tokenizer.from_pretrained(tmp_path)
 
 
 # -- the lessons meet the real models (here: small ones in the same layouts) ---------------------------------------

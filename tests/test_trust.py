@@ -240,7 +240,7 @@ def test_attention_masks_of_the_wrong_shape_or_dtype_raise_naming_the_users_shap
             attend(q, k, v, attn_mask=ta.ones(5, 6, dtype="int64"))
         with pytest.raises(RuntimeError, match="key and value need one length"):
             attend(q, k, ta.randn(2, 4, 7, 8))
-    mha = nn.MultiHeadAttention(8, 2)
+    mha = nn.Attention(8, 2)
     with pytest.raises(RuntimeError, match=r"key_padding_mask must have shape \(batch, key length\) = \(2, 5\)"):
         mha(ta.randn(2, 5, 8), key_padding_mask=ta.zeros(3, 5, dtype=bool))
 
@@ -511,7 +511,7 @@ def test_empty_inputs_give_pytorchs_results():
     for attend in (F.scaled_dot_product_attention, F.flash_attention):
         out = attend(q, k, v)
         assert out.shape == (1, 2, 4, 8) and (host(out) == 0).all()
-    mha = nn.MultiHeadAttention(8, 2)
+    mha = nn.Attention(8, 2)
     assert mha(ta.randn(2, 0, 8), is_causal=True).shape == (2, 0, 8)
     from tinyattn import models
     gpt = models.GPT(models.GPTConfig(vocab_size=10, block_size=8, n_layer=1, num_heads=2, d_model=8))
@@ -525,7 +525,7 @@ def test_shape_errors_name_what_was_passed():
     with pytest.raises(RuntimeError, match="query and key need one feature size"):
         F.scaled_dot_product_attention(ta.randn(1, 4, 8), ta.randn(1, 4, 6), ta.randn(1, 4, 6))
     with pytest.raises(ValueError, match=r"expects x of shape \(\.\.\., length, d_model=8\), got \(5, 6\)"):
-        nn.MultiHeadAttention(8, 2)(ta.randn(5, 6))
+        nn.Attention(8, 2)(ta.randn(5, 6))
 
 
 # 14. small ones ----------------------------------------------------------------------------------------------

@@ -318,13 +318,13 @@ def test_environment_variable_turns_the_reference_path_on_for_a_run(monkeypatch)
 
 def test_modules_take_impl_reference():
     ta.manual_seed(0)
-    fast = nn.MultiHeadAttention(8, 2).double()
-    reference = nn.MultiHeadAttention(8, 2, impl="reference").double()
+    fast = nn.Attention(8, 2).double()
+    reference = nn.Attention(8, 2, impl="reference").double()
     reference.load_state_dict(fast.state_dict())
     x = ta.randn(2, 5, 8, dtype="float64")
     np.testing.assert_allclose(host(reference(x, is_causal=True)), host(fast(x, is_causal=True)), rtol=1e-12)
     with pytest.raises(ValueError, match="impl must be one of"):
-        nn.MultiHeadAttention(8, 2, impl="fast")
+        nn.Attention(8, 2, impl="fast")
 
 
 def test_a_lesson_runs_on_the_reference_path(tmp_path):

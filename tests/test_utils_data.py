@@ -104,8 +104,8 @@ def test_worker_processes_are_refused_saying_why():
 
 def test_it_is_also_torch_utils_data():
     assert torch.utils.data.DataLoader is DataLoader
-    import tinyattn.data                                                       # the project's datasets stay apart
-    assert not hasattr(tinyattn.data, "DataLoader")
+    import tinyattn.datasets                                                   # the project's datasets stay apart
+    assert not hasattr(tinyattn.datasets, "DataLoader")
 
 
 def test_the_package_has_pytorchs_submodules():

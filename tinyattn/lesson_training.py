@@ -1,5 +1,10 @@
-"""The recipe the image-classifier lessons (15 and 16) share, written once: fit a model with AdamW, warm-up and
-cosine decay on shuffled batches, and measure its accuracy."""
+"""What the lessons' training loops share, written once: train_step, the step after a forward (lesson 05 writes its
+lines out, where it teaches them; lessons 06-14, 17 and 20 call it); and the recipe of the image-classifier lessons
+(15 and 16): fit a model with AdamW, warm-up and cosine decay on shuffled batches, and measure its accuracy.
+
+Two lessons keep their step in the open: 18 reads the gradients between backward and the step (each block's
+gradient norm at the first step), and 22 is about the step itself (DistributedDataParallel
+averaging the gradients, ZeRO sharding the optimizer)."""
 import time
 
 import numpy as np
@@ -7,7 +12,7 @@ import numpy as np
 from . import functional as F
 from . import optim
 from .creation import tensor
-from .data import batches
+from .datasets import batches
 from .lesson import progress
 from .tensor import no_grad
 
@@ -21,6 +26,19 @@ def accuracy(model, images, labels, **model_kwargs):
     return float((logits.numpy().argmax(-1) == labels).mean())
 
 
+def train_step(loss, optimizer, schedule=None, clip=None, max_norm=1.0):
+    """Zero the gradients, backward from loss, clip the gradients of the parameters clip (model.parameters(), say)
+    to a total norm of max_norm when they are given, take the optimizer's step, then the schedule's when there is
+    one."""
+    optimizer.zero_grad()
+    loss.backward()
+    if clip is not None:
+        optim.clip_grad_norm_(clip, max_norm)
+    optimizer.step()
+    if schedule is not None:
+        schedule.step()
+
+
 def fit(model, images, labels, epochs, lr, seed, desc, batch_size=64, weight_decay=0.05):
     """AdamW (weight decay 0.05), the learning rate warmed up over the first tenth of the steps and then decayed on a
     cosine, epochs over batches of batch_size shuffled by seed. Returns the seconds the training took."""
@@ -31,9 +49,5 @@ def fit(model, images, labels, epochs, lr, seed, desc, batch_size=64, weight_dec
     start = time.perf_counter()
     for _ in progress(range(epochs), desc=desc):
         for rows in batches(len(images), batch_size, rng):
-            loss = F.cross_entropy(model(tensor(images[rows])), tensor(labels[rows]))
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            schedule.step()
+            train_step(F.cross_entropy(model(tensor(images[rows])), tensor(labels[rows])), optimizer, schedule)
     return time.perf_counter() - start

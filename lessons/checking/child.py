@@ -229,7 +229,7 @@ def describe(error):
 def _stand_in(twin, child):
     """Make the library's twin of what the learner hands in refuse when called, under every name it is reachable
     by: twin is a public function with twins ("softmax": both of its Functions) or "module:name", a function or a
-    class (constructing it is the call: "tinyattn.data.bpe:ByteLevelBPE"). A class is changed in place (its
+    class (constructing it is the call: "tinyattn.preprocessing.bpe:ByteLevelBPE"). A class is changed in place (its
     forward and backward, or its constructor, refuse), so the registry, Function.__subclasses__() and every module
     holding it hold the refusing class; a function is replaced in every tinyattn module by a stand-in whose code
     reads as the library's file (so the source check refuses a re-export of it as the library's code). Called, it

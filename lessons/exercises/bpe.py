@@ -18,8 +18,8 @@ What to think through
     'aaa' with the pair ('a', 'a'): which two join? Reading left to right, an occurrence cannot overlap the last.
 
 What the checker holds you to
-    - the ids of the given encode equal the library's (tinyattn.data.bpe.ByteLevelBPE) on the 1,000 probe
-      strings of tinyattn.data.probe_strings (letters of many scripts, emoji, whitespace runs, digits,
+    - the ids of the given encode equal the library's (tinyattn.preprocessing.bpe.ByteLevelBPE) on the 1,000 probe
+      strings of tinyattn.preprocessing.probe_strings (letters of many scripts, emoji, whitespace runs, digits,
       contractions, code, special tokens): the first string that differs is named, with both sides' tokens;
     - merge on its edge cases: overlaps, a pair at either end, no occurrence, one symbol or none;
     - your code computes the merges itself: the library's tokenizer is not yours to call.
@@ -29,7 +29,7 @@ Check it:    python -m lessons check bpe
 import numpy as np
 
 from lessons.exercises.given import split_special
-from tinyattn.data.bpe import pre_tokenize, to_byte_chars
+from tinyattn.preprocessing.bpe import pre_tokenize, to_byte_chars
 
 
 def merge(symbols, pair):

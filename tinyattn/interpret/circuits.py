@@ -119,8 +119,8 @@ class FactoredMatrix:
 
 def _attention(model, layer):
     attention = model.blocks[layer].attn
-    if not isinstance(attention, nn.MultiHeadAttention) or attention.cross:
-        raise TypeError(f"circuits read the self-attention of nn.MultiHeadAttention, blocks.{layer}.attn is a "
+    if not isinstance(attention, nn.Attention) or attention.cross:
+        raise TypeError(f"circuits read the self-attention of nn.Attention, blocks.{layer}.attn is a "
                         f"{type(attention).__name__}")
     return attention
 

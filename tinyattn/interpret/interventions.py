@@ -22,7 +22,7 @@ def _chosen(model, heads_by_name):
     for name, module in resolve(model, list(heads_by_name)).items():
         if not isinstance(module, ATTENTION):
             raise TypeError(f"{name!r} is a {type(module).__name__}, which has no heads tools can change; they "
-                            "change the heads of tinyattn's nn.MultiHeadAttention and of PyTorch's "
+                            "change the heads of tinyattn's nn.Attention and of PyTorch's "
                             "nn.MultiheadAttention")
         heads = heads_by_name[name]
         one = isinstance(heads, (numbers.Number, str))

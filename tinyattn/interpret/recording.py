@@ -9,7 +9,7 @@
     with record(model, ["blocks.0.attn.hook_pattern", "blocks.1.hook_resid_mid"]) as cache:   # activation points
         logits = model(ids)                                                                  # (points.py lists them)
 
-The attention modules it sees inside: nn.MultiHeadAttention and PyTorch's nn.MultiheadAttention (ported code uses
+The attention modules it sees inside: nn.Attention and PyTorch's nn.MultiheadAttention (ported code uses
 it). Another module that attends (Swin's window attention, additive attention) has its output recorded but not its
 weights or heads, and record warns, naming it.
 
@@ -68,7 +68,7 @@ def _kept(output, keep_graph):
 
 # the attention modules whose weights and heads tools can see: each passes its weights (B, H, L, S) through its point
 # hook_pattern and its heads' outputs (B, L, H, head_dim) through its point hook_z
-ATTENTION = (nn.MultiHeadAttention, nn.MultiheadAttention)
+ATTENTION = (nn.Attention, nn.MultiheadAttention)
 
 
 def unseen_attention(modules):

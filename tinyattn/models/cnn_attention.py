@@ -111,7 +111,7 @@ class AttentionPooling(nn.Module):
         super().__init__()
         self.cls_token = nn.init.trunc_normal_(nn.Parameter(zeros(1, 1, channels)), std=0.02)
         self.norm1, self.norm2, self.norm = nn.LayerNorm(channels), nn.LayerNorm(channels), nn.LayerNorm(channels)
-        self.attn = nn.MultiHeadAttention(channels, num_heads, cross=True)
+        self.attn = nn.Attention(channels, num_heads, cross=True)
         self.mlp = nn.MLP(channels, mlp_ratio * channels)
         self.last_weights = None
 

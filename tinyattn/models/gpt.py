@@ -33,7 +33,7 @@ class GPTConfig:
     position: str = "learned"        # "learned" | "sinusoidal" | "rope" | "none"
     rope_theta: float = 10000.0      # RoPE's base (Hugging Face's name): pair i turns by position * theta^(-2i/D)
     rope_interleaved: bool = False   # RoPE's pairs: (i, i + D/2) as Hugging Face's LLaMA; True: (2i, 2i + 1) as Meta's
-    impl: str = "naive"              # "naive" | "flash" | "reference" (see nn.MultiHeadAttention)
+    impl: str = "sdpa"               # "sdpa" | "flash" | "reference" (see nn.Attention)
     bias: bool = True
     tie_weights: bool = False        # share the token embedding with the output head
 
@@ -52,7 +52,7 @@ class Block(nn.Module):
         super().__init__()
         self.ln1 = _norm(config)
         self.ln2 = _norm(config) if config.mlp != "none" else None
-        self.attn = nn.MultiHeadAttention(config.d_model, config.num_heads, config.num_kv_heads, bias=config.bias,
+        self.attn = nn.Attention(config.d_model, config.num_heads, config.num_kv_heads, bias=config.bias,
                                           dropout=config.dropout if config.impl != "flash" else 0.0,
                                           impl=config.impl, rotary=rotary)
         if config.mlp == "gelu":

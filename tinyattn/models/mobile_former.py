@@ -94,7 +94,7 @@ class Former(nn.Module):
     def __init__(self, token_dim, num_heads, mlp_ratio):
         super().__init__()
         self.norm1, self.norm2 = nn.LayerNorm(token_dim), nn.LayerNorm(token_dim)
-        self.attn = nn.MultiHeadAttention(token_dim, num_heads)
+        self.attn = nn.Attention(token_dim, num_heads)
         self.mlp = nn.MLP(token_dim, mlp_ratio * token_dim)
 
     def forward(self, z):

@@ -28,7 +28,7 @@ class TransformerConfig:
     pad_id: int = 0
     bos_id: int = 1
     eos_id: int = 2
-    impl: str = "naive"
+    impl: str = "sdpa"
 
 
 def _feed_forward(config):
@@ -36,7 +36,7 @@ def _feed_forward(config):
 
 
 def _attention(config, cross=False):
-    return nn.MultiHeadAttention(config.d_model, config.num_heads,
+    return nn.Attention(config.d_model, config.num_heads,
                                  dropout=config.dropout if config.impl != "flash" else 0.0, impl=config.impl,
                                  cross=cross)
 

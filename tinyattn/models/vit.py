@@ -39,7 +39,7 @@ class ViTConfig:
     dropout: float = 0.0
     position: str = "learned"        # "none" | "learned" | "sincos" | "sincos2d" | "learned2d" | "relative"
     pool: str = "cls"                # "cls" | "mean"
-    impl: str = "naive"
+    impl: str = "sdpa"
     distillation: bool = False       # DeiT: add a distillation token and head
     norm_eps: float = 1e-6           # the LayerNorms' epsilon (timm's ViT; Hugging Face's google/vit-*: 1e-12)
     id2label: dict = None            # class index -> name, for a loaded model's predictions
@@ -48,10 +48,10 @@ class ViTConfig:
 class EncoderBlock(nn.Module):
     """Pre-norm Transformer encoder block: x + attn(LN(x)), then x + MLP(LN(x))."""
 
-    def __init__(self, d_model, num_heads, mlp_ratio=4, dropout=0.0, impl="naive", eps=1e-6):
+    def __init__(self, d_model, num_heads, mlp_ratio=4, dropout=0.0, impl="sdpa", eps=1e-6):
         super().__init__()
         self.norm1, self.norm2 = nn.LayerNorm(d_model, eps=eps), nn.LayerNorm(d_model, eps=eps)
-        self.attn = nn.MultiHeadAttention(d_model, num_heads, dropout=dropout if impl != "flash" else 0.0, impl=impl)
+        self.attn = nn.Attention(d_model, num_heads, dropout=dropout if impl != "flash" else 0.0, impl=impl)
         self.mlp = nn.MLP(d_model, mlp_ratio * d_model, dropout=dropout)
         nn.add_points(self, *nn.RESIDUAL_POINTS)
 

@@ -15,7 +15,7 @@ from .rnn import GRU, GRUCell, LSTM, LSTMCell, RNN, RNNCell
 from .transformer import (Transformer, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder,
                           TransformerEncoderLayer)
 from . import parallel, utils
-from .attention import AdditiveAttention, KVCache, MultiHeadAttention, SelfAttention2d
+from .attention import AdditiveAttention, Attention, KVCache, MultiHeadAttention, SelfAttention2d
 from .window_attention import WindowAttention, shifted_window_mask, window_partition, window_reverse
 from .position import (LearnedPositionalEmbedding, RelativePositionBias, RotaryEmbedding,
                        SinusoidalPositionalEncoding, interpolate_pos_embed, sincos_2d_table, sinusoidal_table)

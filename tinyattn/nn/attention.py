@@ -85,19 +85,25 @@ def combine_masks(batch, query_len, key_len, is_causal, key_padding_mask, attn_m
     return ops.masked_fill(attn_mask, ~keep, float("-inf"))                        # broadcasts to keep's shape
 
 
-IMPLS = ("naive", "flash", "reference")
+IMPLS = ("sdpa", "flash", "reference")
+# Earlier names of the implementations, still accepted: "naive" ran F.scaled_dot_product_attention's fast path, not
+# the textbook one (that is "reference").
+IMPL_ALIASES = {"naive": "sdpa"}
 
 
 def check_impl(impl):
-    """The attention implementations a module can take: "naive" (F.scaled_dot_product_attention), "flash"
-    (F.flash_attention) or "reference" (scaled dot-product attention's reference twin)."""
+    """The attention implementation a module runs, by the function it calls (Hugging Face's attn_implementation
+    names them so too): "sdpa" (F.scaled_dot_product_attention, the weights formed in parts), "flash"
+    (F.flash_attention, no weights formed) or "reference" (scaled dot-product attention's reference twin, the whole
+    score matrix at once). "naive", the old name of "sdpa", is taken as "sdpa"."""
+    impl = IMPL_ALIASES.get(impl, impl)
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
     return impl
 
 
 class AttentionWithPoints(Module):
-    """What the attention modules that tools can see inside share (this file's MultiHeadAttention and PyTorch's
+    """What the attention modules that tools can see inside share (this file's Attention and PyTorch's
     nn.MultiheadAttention): their activation points, last_weights, and out_proj taken head by head.
 
     Activation points (nn.HookPoint, for tinyattn.interpret): hook_q, hook_k, hook_v (B, heads, T, head_dim), after
@@ -133,18 +139,20 @@ class AttentionWithPoints(Module):
         return out if self.out_proj.bias is None else out + self.out_proj.bias
 
 
-class MultiHeadAttention(AttentionWithPoints):
-    """Multi-head attention (Vaswani et al. 2017) with grouped-query (num_kv_heads < num_heads) and multi-query
-    (num_kv_heads = 1) variants.
+class Attention(AttentionWithPoints):
+    """tinyattn's multi-head attention (Vaswani et al. 2017), the one its models use, with grouped-query
+    (num_kv_heads < num_heads) and multi-query (num_kv_heads = 1) variants. (PyTorch's class, its arguments and its
+    weights' layout are nn.MultiheadAttention, multihead_attention.py.)
 
     Self-attention projects q, k and v with one fused Linear (qkv); cross=True projects queries from x and keys and
-    values from a context of size kv_dim. impl="flash" runs F.flash_attention (no attention dropout);
-    impl="reference" runs the reference twin of F.scaled_dot_product_attention. Its activation points and
-    last_weights: AttentionWithPoints. While the scores or the pattern are hooked (need_weights=True hooks the
-    pattern) the module forms them in the open, whatever its impl, so what a hook changes is what the heads read.
+    values from a context of size kv_dim. impl (check_impl) picks the function that attends: "sdpa" (the default)
+    F.scaled_dot_product_attention, "flash" F.flash_attention (no attention dropout), "reference" the reference twin
+    of F.scaled_dot_product_attention. Its activation points and last_weights: AttentionWithPoints. While the
+    scores or the pattern are hooked (need_weights=True hooks the pattern) the module forms them in the open,
+    whatever its impl, so what a hook changes is what the heads read.
     """
 
-    def __init__(self, d_model, num_heads, num_kv_heads=None, bias=True, dropout=0.0, impl="naive", cross=False,
+    def __init__(self, d_model, num_heads, num_kv_heads=None, bias=True, dropout=0.0, impl="sdpa", cross=False,
                  kv_dim=None, rotary=None):
         super().__init__()
         num_kv_heads = num_kv_heads or num_heads
@@ -152,8 +160,9 @@ class MultiHeadAttention(AttentionWithPoints):
             raise ValueError(f"d_model {d_model} is not divisible by num_heads {num_heads}")
         if num_heads % num_kv_heads:
             raise ValueError(f"num_heads {num_heads} is not divisible by num_kv_heads {num_kv_heads}")
-        if check_impl(impl) == "flash" and dropout:
-            raise ValueError("impl='flash' has no attention dropout; use dropout=0 or impl='naive'")
+        impl = check_impl(impl)
+        if impl == "flash" and dropout:
+            raise ValueError("impl='flash' has no attention dropout; use dropout=0 or impl='sdpa'")
         self.d_model, self.num_heads, self.num_kv_heads = d_model, num_heads, num_kv_heads
         self.head_dim = d_model // num_heads
         self.dropout, self.impl, self.cross = dropout, impl, cross
@@ -282,6 +291,10 @@ class MultiHeadAttention(AttentionWithPoints):
                 f"impl={self.impl!r}")
 
 
+# The class's name until 2026-11-29, one capital away from PyTorch's nn.MultiheadAttention; it still imports.
+MultiHeadAttention = Attention
+
+
 # -- attention inside a CNN ---------------------------------------------------------------------------
 class SelfAttention2d(Module):
     """Self-attention over the positions of a (B, C, H, W) feature map, added back through a learned gate gamma
@@ -289,7 +302,7 @@ class SelfAttention2d(Module):
 
     def __init__(self, channels, num_heads=1):
         super().__init__()
-        self.attention = MultiHeadAttention(channels, num_heads)
+        self.attention = Attention(channels, num_heads)
         self.gamma = Parameter(zeros(1))
 
     def forward(self, x, need_weights=False):

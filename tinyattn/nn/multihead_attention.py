@@ -1,5 +1,5 @@
 """torch.nn.MultiheadAttention with PyTorch's own signature, parameter names and mask conventions, so code written
-for it (and its weights) ports as it is. tinyattn's own nn.MultiHeadAttention (attention.py) is the one the models
+for it (and its weights) ports as it is. tinyattn's own nn.Attention (attention.py) is the one the models
 use: self- and cross-attention with GQA, a KV cache and the flash path.
 
 PyTorch's conventions here differ from F.scaled_dot_product_attention's: a boolean attn_mask is True where
@@ -7,7 +7,7 @@ attention is NOT allowed, key_padding_mask is True at padding, inputs are (L, N,
 forward returns (output, weights) with the weights averaged over heads unless average_attn_weights=False.
 is_causal is a hint that attn_mask is the causal mask; as in PyTorch, without a key_padding_mask and with
 need_weights=False the causal mask (top-left) is the one applied, whatever attn_mask holds.
-Its activation points and last_weights are nn.MultiHeadAttention's (attention.AttentionWithPoints): need_weights=True
+Its activation points and last_weights are nn.Attention's (attention.AttentionWithPoints): need_weights=True
 keeps the (N, H, L, S) weights, before dropout, that hook_pattern passes, in .last_weights.
 """
 import math

@@ -102,7 +102,7 @@ def attention_step(work, args):
     else:
         import tinyattn.functional as F
         from tinyattn import cpu
-        plain = args.impl in ("naive", "reference")                   # scaled_dot_product_attention, not flash
+        plain = args.impl in ("sdpa", "naive", "reference")           # scaled_dot_product_attention, not flash
         attend = F.scaled_dot_product_attention if plain else F.flash_attention
         extra = {} if plain else {"block_size": args.block_size, "fused": None if args.impl == "flash" else False}
         if not plain and args.device == "cpu":     # the block it runs with (--dim is q's and v's head size)
@@ -361,10 +361,11 @@ def parse(argv):
                         help="then run the steps again under a profiler and print where their time goes (stderr): "
                              "per Function, alone and shared among the threads (torch: per operator)")
     attention = sub.add_parser("attention", parents=[common], help="forward+backward of float32 attention")
-    attention.add_argument("--impl", default="flash", choices=["flash", "blockwise", "naive", "reference"],
+    attention.add_argument("--impl", default="flash", choices=["flash", "blockwise", "sdpa", "reference", "naive"],
                            help="flash: the fused CUDA kernels where they apply (on the GPU), else blockwise; "
-                                "blockwise: flash attention in array ops; naive: F.scaled_dot_product_attention, "
-                                "the score matrix in parts on the CPU (leaving out keys a causal mask hides); "
+                                "blockwise: flash attention in array ops; sdpa: F.scaled_dot_product_attention, "
+                                "the score matrix in parts on the CPU (leaving out keys a causal mask hides); naive: "
+                                "the old name of sdpa; "
                                 "reference: its reference twin, the whole score matrix at once (the torch peer "
                                 "always runs its own SDPA)")
     attention.add_argument("--n", type=int, default=1024)
@@ -384,14 +385,16 @@ def parse(argv):
     train.add_argument("--seq", type=int, default=128)
     train.add_argument("--batch", type=int, default=8)
     train.add_argument("--steps", dest="reps", type=int, default=5)
-    train.add_argument("--impl", default="naive", choices=["flash", "naive"])
+    train.add_argument("--impl", default="sdpa", choices=["flash", "sdpa", "naive"],
+                       help="the GPT's attention (models.GPTConfig's impl; naive: the old name of sdpa)")
     ddp = sub.add_parser("ddp", parents=[common], help="the train step on N ranks (DistributedDataParallel, one "
                          "thread each) against one process on a rank's share of the batch")
     for name, default in (("--vocab", 256), ("--d-model", 128), ("--layers", 4), ("--heads", 4), ("--seq", 128),
                           ("--batch", 8)):
         ddp.add_argument(name, type=int, default=default, help="--batch: each rank's" if name == "--batch" else None)
     ddp.add_argument("--steps", dest="reps", type=int, default=5)
-    ddp.add_argument("--impl", default="naive", choices=["flash", "naive"])
+    ddp.add_argument("--impl", default="sdpa", choices=["flash", "sdpa", "naive"],
+                     help="the GPT's attention (models.GPTConfig's impl; naive: the old name of sdpa)")
     ddp.add_argument("--nproc", type=int, default=2, help="how many ranks")
     ddp.add_argument("--bucket-cap-mb", type=float, default=25.0)
     ddp.add_argument("--mpi-async-progress", action="store_true",

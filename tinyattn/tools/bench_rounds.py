@@ -51,7 +51,7 @@ WORKLOADS = {
     "flash": Workload("flash attention against PyTorch's SDPA", f"{_ATTENTION} --impl flash --reps 5", "torch",
                       f"{_ATTENTION} --reps 5 --framework torch", 1.0),
     "parts": Workload("flash attention against tinyattn's SDPA in parts", f"{_ATTENTION} --impl flash --reps 5",
-                      "tinyattn", f"{_ATTENTION} --impl naive --reps 3", 1.0),
+                      "tinyattn", f"{_ATTENTION} --impl sdpa --reps 3", 1.0),
 }
 
 # What each instruction set sets in the environment, per framework. Every variable named here is removed first, so

@@ -6,8 +6,8 @@ import numpy as np
 
 from lessons.checking.checks import exercise
 from lessons.checking.steps import Mismatch, step
-from tinyattn.data.bpe import train as train_bpe
-from tinyattn.data.probe_strings import probe_strings
+from tinyattn.preprocessing.bpe import train as train_bpe
+from tinyattn.preprocessing.probe_strings import probe_strings
 
 
 SPECIAL = ("<|endoftext|>",)
@@ -43,7 +43,7 @@ def _shown_ids(ids, tokenizer, start, most=24):
 
 
 @exercise("21", "byte-level BPE: the merge step and encoding by merge rank",
-          twins=["tinyattn.data.bpe:ByteLevelBPE", "tinyattn.data.bpe:train"])
+          twins=["tinyattn.preprocessing.bpe:ByteLevelBPE", "tinyattn.preprocessing.bpe:train"])
 def bpe(learner):
     tokenizer, strings = _bpe_reference()
     encode = lambda texts: _ids(learner.encode_batch(texts, tokenizer.vocab, tokenizer.merges, list(SPECIAL)),
@@ -51,7 +51,7 @@ def bpe(learner):
     with step("your merge and encode_piece run: the given encode_batch gives ids for 'hello world'"):
         encode(["hello world"])
     with step(f"ids equal the library's ByteLevelBPE's ({len(tokenizer.merges)} merges) on the {len(strings):,} "
-              "probe strings of tinyattn.data.probe_strings"):
+              "probe strings of tinyattn.preprocessing.probe_strings"):
         yours, theirs = encode([text for _, text in strings]), [tokenizer.encode(text).ids for _, text in strings]
         differ = [i for i, (a, b) in enumerate(zip(yours, theirs)) if a != b]
         if differ:

@@ -2,7 +2,7 @@
 import numpy as np
 
 from lessons.exercises.given import split_special
-from tinyattn.data.bpe import pre_tokenize, to_byte_chars
+from tinyattn.preprocessing.bpe import pre_tokenize, to_byte_chars
 
 
 def merge(symbols, pair):

@@ -3,8 +3,8 @@ random_split), sampler.py (the samplers), distributed.py (DistributedSampler), d
 _utils/collate.py (default_collate, default_convert), so
 `from torch.utils.data.dataloader import DataLoader` ports as `from tinyattn.utils.data.dataloader import DataLoader`.
 
-This is not tinyattn.data (the project's own datasets, plain NumPy arrays); a lesson that batches by hand, where the
-batching is what it teaches, keeps doing so.
+This is not tinyattn.datasets (the project's own datasets, plain NumPy arrays); a lesson that batches by hand, where
+the batching is what it teaches, keeps doing so.
 """
 from ._utils.collate import default_collate, default_convert
 from .dataloader import DataLoader

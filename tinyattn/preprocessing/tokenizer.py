@@ -1,5 +1,5 @@
 """A real model's tokenizer, read from its folder through the `tokenizers` package (the hub extra), or with
-backend="python" through the byte-level BPE built here (data/bpe.py, no `tokenizers` needed): GPT-2's byte-level BPE
+backend="python" through the byte-level BPE built here (bpe.py, no `tokenizers` needed): GPT-2's byte-level BPE
 turns text into the ids its embedding was trained on, and back. encode, decode and batch_decode behave as
 transformers' tokenizers do.
 
@@ -8,7 +8,6 @@ them, with tokenizer_config.json's added tokens and add_prefix_space where it ha
 assignment 1 asks for the same object in its own words, and gets it: Tokenizer(vocab, merges, special_tokens) in the
 bytes form ({id: bytes}, [(bytes, bytes)]), Tokenizer.from_files(vocab_filepath, merges_filepath, special_tokens),
 encode, encode_iterable and decode."""
-import json
 import os
 
 from .. import hub
@@ -40,9 +39,9 @@ class Tokenizer:
 
     @classmethod
     def from_pretrained(cls, name_or_folder, backend="tokenizers"):
-        """backend: "tokenizers" (Hugging Face's package, any tokenizer.json) or "python" (tinyattn.data.bpe: a
-        byte-level BPE such as GPT-2's, the same ids, no tokenizers package). The folder's tokenizer.json is read,
-        else its vocab.json and merges.txt."""
+        """backend: "tokenizers" (Hugging Face's package, any tokenizer.json) or "python" (bpe.py here: a byte-level
+        BPE such as GPT-2's, the same ids, no tokenizers package). The folder's tokenizer.json is read, else its
+        vocab.json and merges.txt."""
         if backend not in ("tokenizers", "python"):
             raise ValueError(f"backend must be 'tokenizers' or 'python', not {backend!r}")
         folder = hub.resolve(name_or_folder)
