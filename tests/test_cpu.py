@@ -376,20 +376,42 @@ def test_layers_give_the_same_answers_on_one_thread_or_three(thread_count, name,
 
 
 @cpu_only
-def test_batch_lanes_cut_the_first_axis_the_threads_divide_and_in_lane_leaves_broadcast_axes_whole(thread_count):
+def test_batch_lanes_cut_the_first_axis_the_threads_divide_and_leave_broadcast_axes_whole(thread_count):
+    def indices(lanes):
+        return [lane.index for lane in lanes]
     thread_count(2)
     whole = slice(None)
-    assert split.batch_lanes((1, 8), np.zeros(1)) == [(whole, slice(0, 4)), (whole, slice(4, 8))]
-    assert split.batch_lanes((3, 5), np.zeros(1)) == [()]                   # nothing two threads divide evenly
+    assert indices(split.batch_lanes((1, 8), np.zeros(1))) == [(whole, slice(0, 4)), (whole, slice(4, 8))]
+    assert indices(split.batch_lanes((3, 5), np.zeros(1))) == [()]          # nothing two threads divide evenly
     thread_count(3)
     lanes = split.batch_lanes((1, 3, 2), np.zeros(1))                       # (batch, key heads, group) of GQA
-    assert lanes == [(whole, slice(i, i + 1)) for i in range(3)]
+    assert indices(lanes) == [(whole, slice(i, i + 1)) for i in range(3)]
+    queries = np.arange(3 * 2 * 5 * 8).reshape(1, 3, 2, 5, 8)
+    np.testing.assert_array_equal(lanes[1](queries), queries[:, 1:2])
     keys = np.zeros((1, 3, 1, 19, 8))                                       # broadcast along the group axis
-    assert split.in_lane(keys, lanes[1], 3).shape == (1, 1, 1, 19, 8)
-    assert split.in_lane(np.zeros((19, 19)), lanes[1], 3).shape == (19, 19)  # a mask without batch axes
-    assert split.in_lane(None, lanes[1], 3) is None and split.in_lane(keys, (), 3) is keys
+    assert lanes[1](keys).shape == (1, 1, 1, 19, 8)
+    assert lanes[1](np.zeros((19, 19))).shape == (19, 19)                   # a mask without batch axes
+    assert lanes[1](None) is None
     thread_count(1)
-    assert split.batch_lanes((4, 8), np.zeros(1)) == [()]
+    (one,) = split.batch_lanes((4, 8), np.zeros(1))
+    assert one.index == () and one(keys) is keys                            # the whole batch
+
+
+@cpu_only
+def test_shares_through_sends_every_hand_off_through_the_wrapper_and_puts_share_back(thread_count):
+    thread_count(2)
+    seen, plain = [], split.share
+
+    def wrapper(share, work, items):
+        seen.append(list(items))
+        return share(work, seen[-1])
+    with pytest.raises(ZeroDivisionError):
+        with cpu.shares_through(wrapper):
+            assert cpu.for_each_part(lambda part: part * 2, [1, 2, 3]) == [2, 4, 6]
+            1 / 0
+    assert seen == [list(enumerate([1, 2, 3]))] and split.share is plain
+    cpu.for_each_part(lambda part: part, [1, 2])
+    assert len(seen) == 1                                                   # outside the block: share itself
 
 
 @cpu_only
@@ -758,3 +780,4 @@ def test_the_machine_record_names_the_simd_targets_numpy_runs_and_what_turned_th
                                          check=True).stdout)
     assert widest not in narrower["numpy_simd"]
     assert narrower["npy_disable_cpu_features"] == widest
+

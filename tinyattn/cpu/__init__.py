@@ -16,8 +16,8 @@ reference twins use none of it. Nothing here changes the math: tests hold fast =
 """
 from .arrays import (add_rows, exp_in_place, laid_out_like, last_axis_sum, leading_axes_sum, normal_cdf, row_mean,
                      sigmoid)
-from .split import (attention_block, attention_parts, backward_walk, batch_lanes, for_each_part, for_each_piece,
-                    in_lane, matmul, matmul_later, settled, sum_over_parts)
+from .split import (attention_block, attention_parts, backward_walk, batch_lanes, causal_row_pieces, for_each_part,
+                    for_each_piece, matmul, matmul_later, settled, shares_through, sum_over_parts)
 from .threads import get_num_threads, set_num_threads
 from .tuning import blas_held, tune_allocator, tuned
 
