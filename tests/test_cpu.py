@@ -1,10 +1,12 @@
 """The CPU layer (tinyattn/cpu): sharing work among threads, cutting it into parts and pieces, BLAS held only while
 tinyattn's fast code runs, and the fast Functions giving the same answers on one thread or several."""
+import ast
 import contextlib
 import math
 import threading
 import time
 import weakref
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -781,3 +783,48 @@ def test_the_machine_record_names_the_simd_targets_numpy_runs_and_what_turned_th
     assert widest not in narrower["numpy_simd"]
     assert narrower["npy_disable_cpu_features"] == widest
 
+
+def _names_reached_in_the_cpu_layer():
+    """{name: files} for every name of tinyattn.cpu that code outside it reaches (tinyattn and lessons; docstrings
+    and comments are not code): cpu.X, ta.cpu.X or tinyattn.cpu.X, `from .cpu import X` in any spelling, and a
+    submodule's name for `from .cpu.split import ...` or `import tinyattn.cpu.split`."""
+    root = Path(ta.__file__).parent
+    reached = {}
+    for path in sorted([*root.rglob("*.py"), *(root.parent / "lessons").rglob("*.py")]):
+        if root / "cpu" in path.parents:
+            continue
+        package = path.relative_to(root.parent).parent.parts
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = []
+            if isinstance(node, ast.Attribute) and (
+                    isinstance(node.value, ast.Name) and node.value.id == "cpu"
+                    or isinstance(node.value, ast.Attribute) and node.value.attr == "cpu"
+                    and isinstance(node.value.value, ast.Name) and node.value.value.id in ("ta", "tinyattn")):
+                names = [node.attr]
+            elif isinstance(node, ast.ImportFrom):
+                base = package[:len(package) - node.level + 1] if node.level else ()
+                module = (*base, *(node.module or "").split("."))
+                if module == ("tinyattn", "cpu"):
+                    names = [alias.name for alias in node.names]
+                elif module[:2] == ("tinyattn", "cpu"):              # from tinyattn.cpu.split import ...
+                    names = [module[2]]
+            elif isinstance(node, ast.Import):
+                names = [alias.name.split(".")[2] for alias in node.names if alias.name.startswith("tinyattn.cpu.")]
+            for name in names:
+                reached.setdefault(name, set()).add(str(path.relative_to(root.parent)))
+    return reached
+
+
+def test_the_cpu_layers_door_lists_every_name_the_library_calls_and_no_other():
+    """tinyattn.cpu.__all__ is the CPU layer's door: code outside the layer calls only the names it lists (never a
+    submodule's insides), and it lists none that nothing calls, so it can neither widen nor keep a dead name
+    unnoticed. Its docstring gives each name a line."""
+    reached = _names_reached_in_the_cpu_layer()
+    assert {"tuned", "for_each_part", "get_num_threads"} <= set(reached)      # the scan sees the calls it must
+    behind_the_door = {name: sorted(files) for name, files in reached.items() if name not in cpu.__all__}
+    assert not behind_the_door, f"reached past tinyattn.cpu's door (add them to __all__, or call a name in it): " \
+                                f"{behind_the_door}"
+    assert not set(cpu.__all__) - set(reached), f"in __all__ but called nowhere: {set(cpu.__all__) - set(reached)}"
+    assert len(cpu.__all__) == len(set(cpu.__all__))
+    listed = [line.split(":")[0].strip("- `") for line in cpu.__doc__.splitlines() if line.startswith("- `")]
+    assert sorted(listed) == sorted(cpu.__all__)
