@@ -1,10 +1,12 @@
 """The CPU layer (tinyattn/cpu): sharing work among threads, cutting it into parts and pieces, BLAS held only while
 tinyattn's fast code runs, and the fast Functions giving the same answers on one thread or several."""
+import ast
 import contextlib
 import math
 import threading
 import time
 import weakref
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -376,20 +378,42 @@ def test_layers_give_the_same_answers_on_one_thread_or_three(thread_count, name,
 
 
 @cpu_only
-def test_batch_lanes_cut_the_first_axis_the_threads_divide_and_in_lane_leaves_broadcast_axes_whole(thread_count):
+def test_batch_lanes_cut_the_first_axis_the_threads_divide_and_leave_broadcast_axes_whole(thread_count):
+    def indices(lanes):
+        return [lane.index for lane in lanes]
     thread_count(2)
     whole = slice(None)
-    assert split.batch_lanes((1, 8), np.zeros(1)) == [(whole, slice(0, 4)), (whole, slice(4, 8))]
-    assert split.batch_lanes((3, 5), np.zeros(1)) == [()]                   # nothing two threads divide evenly
+    assert indices(split.batch_lanes((1, 8), np.zeros(1))) == [(whole, slice(0, 4)), (whole, slice(4, 8))]
+    assert indices(split.batch_lanes((3, 5), np.zeros(1))) == [()]          # nothing two threads divide evenly
     thread_count(3)
     lanes = split.batch_lanes((1, 3, 2), np.zeros(1))                       # (batch, key heads, group) of GQA
-    assert lanes == [(whole, slice(i, i + 1)) for i in range(3)]
+    assert indices(lanes) == [(whole, slice(i, i + 1)) for i in range(3)]
+    queries = np.arange(3 * 2 * 5 * 8).reshape(1, 3, 2, 5, 8)
+    np.testing.assert_array_equal(lanes[1](queries), queries[:, 1:2])
     keys = np.zeros((1, 3, 1, 19, 8))                                       # broadcast along the group axis
-    assert split.in_lane(keys, lanes[1], 3).shape == (1, 1, 1, 19, 8)
-    assert split.in_lane(np.zeros((19, 19)), lanes[1], 3).shape == (19, 19)  # a mask without batch axes
-    assert split.in_lane(None, lanes[1], 3) is None and split.in_lane(keys, (), 3) is keys
+    assert lanes[1](keys).shape == (1, 1, 1, 19, 8)
+    assert lanes[1](np.zeros((19, 19))).shape == (19, 19)                   # a mask without batch axes
+    assert lanes[1](None) is None
     thread_count(1)
-    assert split.batch_lanes((4, 8), np.zeros(1)) == [()]
+    (one,) = split.batch_lanes((4, 8), np.zeros(1))
+    assert one.index == () and one(keys) is keys                            # the whole batch
+
+
+@cpu_only
+def test_shares_through_sends_every_hand_off_through_the_wrapper_and_puts_share_back(thread_count):
+    thread_count(2)
+    seen, plain = [], split.share
+
+    def wrapper(share, work, items):
+        seen.append(list(items))
+        return share(work, seen[-1])
+    with pytest.raises(ZeroDivisionError):
+        with cpu.shares_through(wrapper):
+            assert cpu.for_each_part(lambda part: part * 2, [1, 2, 3]) == [2, 4, 6]
+            1 / 0
+    assert seen == [list(enumerate([1, 2, 3]))] and split.share is plain
+    cpu.for_each_part(lambda part: part, [1, 2])
+    assert len(seen) == 1                                                   # outside the block: share itself
 
 
 @cpu_only
@@ -758,3 +782,49 @@ def test_the_machine_record_names_the_simd_targets_numpy_runs_and_what_turned_th
                                          check=True).stdout)
     assert widest not in narrower["numpy_simd"]
     assert narrower["npy_disable_cpu_features"] == widest
+
+
+def _names_reached_in_the_cpu_layer():
+    """{name: files} for every name of tinyattn.cpu that code outside it reaches (tinyattn and lessons; docstrings
+    and comments are not code): cpu.X, ta.cpu.X or tinyattn.cpu.X, `from .cpu import X` in any spelling, and a
+    submodule's name for `from .cpu.split import ...` or `import tinyattn.cpu.split`."""
+    root = Path(ta.__file__).parent
+    reached = {}
+    for path in sorted([*root.rglob("*.py"), *(root.parent / "lessons").rglob("*.py")]):
+        if root / "cpu" in path.parents:
+            continue
+        package = path.relative_to(root.parent).parent.parts
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = []
+            if isinstance(node, ast.Attribute) and (
+                    isinstance(node.value, ast.Name) and node.value.id == "cpu"
+                    or isinstance(node.value, ast.Attribute) and node.value.attr == "cpu"
+                    and isinstance(node.value.value, ast.Name) and node.value.value.id in ("ta", "tinyattn")):
+                names = [node.attr]
+            elif isinstance(node, ast.ImportFrom):
+                base = package[:len(package) - node.level + 1] if node.level else ()
+                module = (*base, *(node.module or "").split("."))
+                if module == ("tinyattn", "cpu"):
+                    names = [alias.name for alias in node.names]
+                elif module[:2] == ("tinyattn", "cpu"):              # from tinyattn.cpu.split import ...
+                    names = [module[2]]
+            elif isinstance(node, ast.Import):
+                names = [alias.name.split(".")[2] for alias in node.names if alias.name.startswith("tinyattn.cpu.")]
+            for name in names:
+                reached.setdefault(name, set()).add(str(path.relative_to(root.parent)))
+    return reached
+
+
+def test_the_cpu_layers_door_lists_every_name_the_library_calls_and_no_other():
+    """tinyattn.cpu.__all__ is the CPU layer's door: code outside the layer calls only the names it lists (never a
+    submodule's insides), and it lists none that nothing calls, so it can neither widen nor keep a dead name
+    unnoticed. Its docstring gives each name a line."""
+    reached = _names_reached_in_the_cpu_layer()
+    assert {"tuned", "for_each_part", "get_num_threads"} <= set(reached)      # the scan sees the calls it must
+    behind_the_door = {name: sorted(files) for name, files in reached.items() if name not in cpu.__all__}
+    assert not behind_the_door, f"reached past tinyattn.cpu's door (add them to __all__, or call a name in it): " \
+                                f"{behind_the_door}"
+    assert not set(cpu.__all__) - set(reached), f"in __all__ but called nowhere: {set(cpu.__all__) - set(reached)}"
+    assert len(cpu.__all__) == len(set(cpu.__all__))
+    listed = [line.split(":")[0].strip("- `") for line in cpu.__doc__.splitlines() if line.startswith("- `")]
+    assert sorted(listed) == sorted(cpu.__all__)

@@ -5,7 +5,7 @@ import pytest
 
 import tinyattn as ta
 from tinyattn.tools import bench, profiler
-from tinyattn.cpu import threads
+from tinyattn.cpu import split, threads
 from tinyattn.models import GPT, GPTConfig
 from tinyattn.tensor import Function, Tensor
 
@@ -59,12 +59,12 @@ def test_a_function_inside_another_counts_for_itself_and_everything_is_put_back(
 
 
 def test_an_error_inside_the_block_still_puts_everything_back():
-    before, share = _entries(), profiler.split.share
+    before, share = _entries(), split.share
     with pytest.raises(ZeroDivisionError):
         with profiler.profile():
             Inner.apply(ta.ones(2))
             1 / 0
-    assert _entries() == before and profiler.split.share is share
+    assert _entries() == before and split.share is share
 
 
 @pytest.mark.skipif(ta.get_default_device() != "cpu", reason="threads share CPU work only")
@@ -89,7 +89,7 @@ def test_a_gpt_step_shows_its_linears_and_the_hand_offs_the_threads_took_part_in
     assert rows["FastLayerNorm.forward"]["calls"] == 2 * 2 + 1
     # per layer qkv (256 x 64 x 192), fc1 and fc2 (256 x 64 x 256) reach cpu.split.MIN_SHARED_MATMUL = 2^21
     # multiply-adds and hand rows to the other thread; proj (256 x 64 x 64) and the head stay whole; one thread: none
-    assert profiler.split.MIN_SHARED_MATMUL == 2 ** 21
+    assert split.MIN_SHARED_MATMUL == 2 ** 21
     assert rows["FastLinear.forward"]["hand_offs"] == (2 * 3 if count == 2 else 0)
     assert rows["FastLinear.forward"]["shared_ms"] > 0
     # the optimizer's one share a step is in no Function; on two threads the helper takes part in it

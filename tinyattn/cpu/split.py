@@ -5,6 +5,8 @@ On the GPU (CuPy arrays) the helpers that cut arrays (matmul, matmuls, for_each_
 whole, in the calling thread: the GPU has its own parallelism. for_each_part runs its parts in the calling thread
 when told the work is on GPU arrays (like=); sum_over_parts deals out whatever parts it is given.
 """
+import contextlib
+import functools
 import math
 import threading
 
@@ -83,6 +85,20 @@ def for_each_part(work, parts, claimed=False, like=None):
     for i, result in (pair for thread in numbered for pair in thread):
         results[i] = result
     return results
+
+
+@contextlib.contextmanager
+def shares_through(wrapper):
+    """`with shares_through(wrapper):` every hand-off of work to the threads that the helpers here make (for_each_part,
+    sum_over_parts, and all that uses them) runs as wrapper(share, work, items) instead of share(work, items), in
+    whichever thread makes it; leaving the block puts share back. tools/profiler.py times the hand-offs so."""
+    global share
+    plain = share
+    share = functools.partial(wrapper, plain)
+    try:
+        yield
+    finally:
+        share = plain
 
 
 class _Claims:
@@ -248,26 +264,45 @@ def attention_block(head_size, like):
 
 
 def batch_lanes(batch_shape, like):
-    """Index tuples that cut a batch (attention's batch and heads) into one equal lane per thread along its first
-    axis whose length the threads divide, for work that is independent from lane to lane and adds into places of
-    its own in each ([()]: one lane, the whole batch, when no axis divides, when a lane would hold fewer than
-    MIN_LANE_ENTRIES entries, on one thread, and on the GPU)."""
-    n = get_num_threads()
+    """The lanes that cut a batch (attention's batch and heads) into one equal lane per thread along its first axis
+    whose length the threads divide, for work that is independent from lane to lane and adds into places of its own
+    in each; lane(x) is an array's share of a lane. One lane, the whole batch, when no axis divides, when a lane
+    would hold fewer than MIN_LANE_ENTRIES entries, on one thread, and on the GPU."""
+    n, batch_ndim = get_num_threads(), len(batch_shape)
     if n == 1 or is_cupy_array(like) or math.prod(batch_shape) // n < MIN_LANE_ENTRIES:    # a lane's entries
-        return [()]
+        return [Lane((), batch_ndim)]
     for axis, size in enumerate(batch_shape):
         if size % n == 0:
-            return [(slice(None),) * axis + (part,) for part in one_slice_per_thread(size)]
-    return [()]
+            return [Lane((slice(None),) * axis + (part,), batch_ndim) for part in one_slice_per_thread(size)]
+    return [Lane((), batch_ndim)]
+
+
+class Lane:
+    """One lane of batch_lanes: index, the tuple that picks its entries (() for the whole batch); lane(x) is x's
+    share of the lane, for an array whose axes before its last two broadcast against the batch (in_lane)."""
+
+    def __init__(self, index, batch_ndim):
+        self.index, self.batch_ndim = index, batch_ndim
+
+    def __call__(self, x):
+        return in_lane(x, self.index, self.batch_ndim)
 
 
 def in_lane(x, lane, batch_ndim):
-    """x's share of a lane (batch_lanes, or an AttentionPart's entries), for an array whose axes before its last two
-    broadcast against a batch of batch_ndim axes: an axis of size 1 or one it lacks is taken whole. None stays None."""
+    """x's share of a lane (a Lane's index, or an AttentionPart's entries), for an array whose axes before its last
+    two broadcast against a batch of batch_ndim axes: an axis of size 1 or one it lacks is taken whole. None stays
+    None."""
     if x is None or not lane:
         return x
     axis = x.ndim - 2 - batch_ndim + len(lane) - 1
     return x if axis < 0 or x.shape[axis] == 1 else x[(slice(None),) * axis + lane[-1:]]
+
+
+def causal_row_pieces(rows):
+    """The rows of one block of flash attention that crosses a causal diagonal (a slice), in pieces of MASKED_ROWS,
+    at most half the block each: a piece then computes only the scores up to its last row's key."""
+    size = min(MASKED_ROWS, -(-(rows.stop - rows.start) // 2))
+    return [slice(start, min(start + size, rows.stop)) for start in range(rows.start, rows.stop, size)]
 
 
 class AttentionPart:

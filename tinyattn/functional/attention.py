@@ -155,10 +155,17 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     return attention.apply(query, key, value, mask, default_scale(query, scale), float(dropout_p), enable_gqa)
 
 
+def blas_as_fused():
+    """`with blas_as_fused():` BLAS runs on one thread inside, as inside the fast Functions (cpu.tuned), for attention
+    made of plain products (attention_weights; a module's path through its hook points): its products round as
+    theirs do, and BLAS's other threads do not wait on cores tinyattn's threads keep busy."""
+    return cpu.blas_held()
+
+
 def attention_weights(query, key, attn_mask=None, is_causal=False, scale=None, enable_gqa=False):
     """The (..., Hq, L, S) softmax weights of scaled_dot_product_attention, in a pass of their own, for plots (no
     graph is recorded)."""
     mask = as_array(_checked_mask(query, key, key, attn_mask, is_causal, enable_gqa, "attention_weights"))
     q, k, _, mask, groups = group_heads(query.array, key.array, key.array, mask, enable_gqa)
-    with cpu.blas_held():            # as inside the fast Functions: one BLAS thread, tinyattn's rounding
+    with blas_as_fused():
         return Tensor(merge_heads(_probabilities(q, k, mask, default_scale(query, scale)), groups))

@@ -45,15 +45,14 @@ def _queries_with_shift(q, batch):
 
 def _pieces(rows, cols, is_causal):
     """(rows, cols) pieces of one visible block pair, each worth a product of its own. Under a causal mask a block
-    that crosses the diagonal comes as pieces of rows (cpu.split.MASKED_ROWS long, at most half the block), each
-    over only the keys up to its last row: at N=4096 in blocks of 256, the scores above the diagonal that are
-    computed only to be masked go from 6.2% of the visible ones (half of each diagonal block) to 1.5% (4 pieces of
-    64 rows)."""
+    that crosses the diagonal comes as pieces of rows (cpu.causal_row_pieces: MASKED_ROWS long, at most half the
+    block), each over only the keys up to its last row: at N=4096 in blocks of 256, the scores above the diagonal
+    that are computed only to be masked go from 6.2% of the visible ones (half of each diagonal block) to 1.5% (4
+    pieces of 64 rows)."""
     if not is_causal or cols.stop - 1 <= rows.start or rows.stop - rows.start < 2:
         return [(rows, cols)]
-    size = min(cpu.split.MASKED_ROWS, -(-(rows.stop - rows.start) // 2))
-    pieces = [slice(start, min(start + size, rows.stop)) for start in range(rows.start, rows.stop, size)]
-    return [(part, slice(cols.start, min(cols.stop, part.stop))) for part in pieces if part.stop - 1 >= cols.start]
+    return [(part, slice(cols.start, min(cols.stop, part.stop))) for part in cpu.causal_row_pieces(rows)
+            if part.stop - 1 >= cols.start]
 
 
 def _block_scores(q_aug, k_aug_t, rows, cols, keys, mask, is_causal, shifted):
@@ -203,12 +202,12 @@ class FastFlashAttention(Function):
         grad_k = xp.zeros(out.shape[:-2] + k.shape[-2:], dtype=q_aug.dtype)
         grad_v = xp.zeros(out.shape[:-2] + v.shape[-2:], dtype=q_aug.dtype)
 
-        lanes, batch_ndim = cpu.batch_lanes(out.shape[:-2], grad), out.ndim - 2
+        lanes = cpu.batch_lanes(out.shape[:-2], grad)
 
         def backward_columns(part, sums):                # one column block of one lane, all the rows that see it
             lane, cols = lanes[part[0]], part[1]
             q_aug_l, k_l, v_l, grad_aug_l, mask_l, grad_q, grad_k_l, grad_v_l = (
-                cpu.in_lane(x, lane, batch_ndim) for x in (q_aug, k, v, grad_aug, mask, *sums, grad_k, grad_v))
+                lane(x) for x in (q_aug, k, v, grad_aug, mask, *sums, grad_k, grad_v))
             v_aug_t = _transposed_block_with_ones(v_l, cols)               # this block's [v, 1]^T
             k_aug_t = _transposed_block_with_ones(k_l, cols)
             k_scaled = k_l[..., cols, :] * scale

@@ -11,7 +11,7 @@ Mask conventions, in one place:
 import contextlib
 import math
 
-from .. import backend, cpu, ops
+from .. import backend, ops
 from .. import functional as F
 from ..creation import zeros
 from ..tensor import Tensor, as_array
@@ -222,7 +222,7 @@ class Attention(AttentionWithPoints):
         gqa = self.num_kv_heads != self.num_heads
         with self.hook_pattern.keeping(need_weights):
             if self.hook_attn_scores.hooked or self.hook_pattern.hooked:
-                with cpu.blas_held():          # as the fused paths: one BLAS thread (its others wait on busy cores)
+                with F.blas_as_fused():        # as the fused paths: one BLAS thread (its others wait on busy cores)
                     out = self._attention_in_the_open(q, k, v, mask, is_causal)
             elif self.impl == "flash":
                 out = F.flash_attention(q, k, v, attn_mask=mask, is_causal=is_causal, enable_gqa=gqa)

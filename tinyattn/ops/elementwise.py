@@ -2,10 +2,9 @@
 one-input math. Gradients may come back in broadcast shapes: the engine sums them back to each input's shape."""
 import builtins
 
-from .. import backend
-from ..backend import check_device, device_of, get_default_dtype, is_array, silent_float_errors, to_device, xp_of
+from ..backend import get_default_dtype, silent_float_errors, xp_of
 from ..tensor import Function, Tensor, as_array
-from .promotion import Cast, computes_in_float, float_only, no_bool, result_dtype
+from .promotion import cast, computes_in_float, float_only, no_bool, result_dtype
 
 
 # -- two inputs ---------------------------------------------------------------------------------------------------
@@ -332,17 +331,6 @@ class Relu(Function):
         return grad * (out > 0)
 
 
-class ToDevice(Function):
-    @staticmethod
-    def forward(ctx, x, device):
-        ctx.device = device_of(x)
-        return to_device(x, device)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return to_device(grad, ctx.device), None
-
-
 class Clamp(Function):
     """x limited to [low, high] (either may be None; arrays of x's dtype, 0-d for a number). The result is
     min(max(x, low), high): high wherever low > high. The gradient, as PyTorch's, goes to x where low <= x <= high
@@ -369,17 +357,6 @@ class Clamp(Function):
         if needs[2]:
             grad_high = grad * ((x > high) if low is None else (x > high) | (high < low))
         return grad * inside, grad_low, grad_high
-
-
-def cast(x, dtype, like):
-    """x as a tensor of dtype: a tensor through Cast (differentiable), a number or array as a constant on the device
-    of the tensor like."""
-    if isinstance(x, Tensor):
-        return x if x.dtype == dtype else Cast.apply(x, dtype)
-    if is_array(x) and device_of(x) != like.device:
-        raise RuntimeError(f"cannot combine a {device_of(x)} array of shape {x.shape} with a {like.device} tensor "
-                           f"of shape {like.shape}")
-    return Tensor(xp_of(like.array).asarray(x, dtype=dtype))
 
 
 def binary(function, a, b, dtype=None):
@@ -498,61 +475,6 @@ def clone(x):
     return Clone.apply(x)
 
 
-# -- no gradient: tests of values, and logic on bool (or bitwise on integer) tensors ------------------------------
-def isnan(x):
-    return Tensor(xp_of(x.array).isnan(x.array))
-
-
-def isinf(x):
-    return Tensor(xp_of(x.array).isinf(x.array))
-
-
-def isfinite(x):
-    return Tensor(xp_of(x.array).isfinite(x.array))
-
-
-def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
-    """Whether a and b agree elementwise within atol + rtol * |b| (a Python bool, as torch.allclose)."""
-    return bool(xp_of(a.array).allclose(a.array, as_array(b), rtol=rtol, atol=atol, equal_nan=equal_nan))
-
-
-def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
-    """Where |a - b| <= atol + rtol * |b|, elementwise (a bool tensor, as torch.isclose)."""
-    return Tensor(xp_of(a.array).isclose(a.array, as_array(b), rtol=rtol, atol=atol, equal_nan=equal_nan))
-
-
-def equal(a, b):
-    """Whether a and b have one shape and the same values (a Python bool, as torch.equal)."""
-    return a.shape == tuple(b.shape) and bool((a.array == as_array(b)).all())
-
-
-def _logical(name):
-    """logical_not/and/or/xor: any dtype read as true where nonzero, a bool result (no gradient)."""
-    def apply(a, b=None):
-        function = getattr(xp_of(a.array), f"logical_{name}")
-        return Tensor(function(a.array) if name == "not" else function(a.array, as_array(b)))
-    apply.__name__ = f"logical_{name}"
-    return apply
-
-
-logical_and, logical_or, logical_xor, logical_not = (_logical(n) for n in ("and", "or", "xor", "not"))
-
-
-def _bitwise(name):
-    """&, |, ^ and ~: logic on bool tensors, bit by bit on integer ones (no gradient)."""
-    def apply(a, b=None):
-        for x in (a, b):
-            if isinstance(x, Tensor) and x.dtype.kind not in "biu":
-                raise TypeError(f"bitwise_{name} needs bool or integer tensors, got dtype {x.dtype}")
-        function = getattr(xp_of(a.array), "invert" if name == "not" else f"bitwise_{name}")
-        return Tensor(function(a.array) if name == "not" else function(a.array, as_array(b)))
-    apply.__name__ = f"bitwise_{name}"
-    return apply
-
-
-bitwise_and, bitwise_or, bitwise_xor, bitwise_not = (_bitwise(n) for n in ("and", "or", "xor", "not"))
-
-
 @computes_in_float
 def tanh(x):
     return Tanh.apply(x)
@@ -571,52 +493,3 @@ def logsigmoid(x):
 @no_bool
 def relu(x):
     return Relu.apply(x)
-
-
-def to_args(args, dtype=None, device=None, non_blocking=False, copy=False):
-    """(dtype, device, copy) from the arguments of tensor.to / module.to, in every form PyTorch takes: to(device),
-    to("cpu"), to(dtype), to(device, dtype), to(other_tensor) (its device and dtype), to(device=..., dtype=...), then
-    non_blocking and copy, by position or by name. A device is a name, a tinyattn.device, or anything with a string
-    .type as torch.device has; a string that is no dtype name is a device (an unknown one raises, naming the devices
-    there are). non_blocking changes nothing: every transfer here finishes before it returns."""
-    flags = []
-    for arg in args:
-        if isinstance(arg, Tensor):
-            device, dtype = arg.device, arg.dtype
-        elif isinstance(arg, bool):
-            flags.append(arg)
-        elif isinstance(getattr(arg, "type", None), str) or isinstance(arg, str) and not _is_dtype_name(arg):
-            device = arg
-        else:
-            dtype = arg
-    if len(flags) > 2:
-        raise TypeError(f"to() takes non_blocking and copy after the device and dtype, got {len(flags)} flags")
-    copy = flags[1] if len(flags) == 2 else copy
-    if dtype is not None:
-        try:
-            dtype = backend.numpy.dtype(dtype)
-        except TypeError:
-            raise TypeError(f"to() got {dtype!r}, which is neither a device nor a dtype") from None
-    if device is not None:
-        device = check_device(device.type if isinstance(getattr(device, "type", None), str) else device)
-    return dtype, device, copy
-
-
-def _is_dtype_name(name):
-    try:
-        backend.numpy.dtype(name)
-        return True
-    except TypeError:
-        return False
-
-
-def to(x, *args, dtype=None, device=None, non_blocking=False, copy=False):
-    """x.to("cuda"), x.to(float64), x.to(device, dtype), x.to(other), x.to(device=..., dtype=..., copy=True):
-    differentiable moves and casts. x itself when nothing changes, unless copy=True asks for a new tensor."""
-    dtype, device, copy = to_args(args, dtype, device, non_blocking, copy)
-    result = x
-    if device is not None and device != x.device:
-        result = ToDevice.apply(result, device)
-    if dtype is not None and dtype != result.dtype:
-        result = Cast.apply(result, dtype)
-    return clone(result) if copy and result is x else result

@@ -13,8 +13,9 @@ Each change counts one version of x's memory: backward through a Function that s
 from .. import backend
 from ..backend import generator, xp_of
 from ..tensor import Tensor, is_grad_enabled, no_grad
-from .elementwise import add, cast, clamp, div, exp, floor_divide, mul, pow, relu, remainder, sigmoid, sub, tanh
+from .elementwise import add, clamp, div, exp, floor_divide, mul, pow, relu, remainder, sigmoid, sub, tanh
 from .indexing import check_broadcasts_to, index_fill, index_put, masked_fill, scatter, scatter_add
+from .promotion import cast
 from .shapes import expand
 
 

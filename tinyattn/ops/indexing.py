@@ -5,7 +5,8 @@ import builtins
 from .. import backend
 from ..backend import broadcast_shapes, xp_of
 from ..tensor import Function, Tensor, as_array
-from .promotion import result_dtype
+from .dims import dim_index
+from .promotion import cast, result_dtype
 
 
 def check_broadcasts_to(shape, target, what):
@@ -184,14 +185,12 @@ def getitem(x, index):
 
 def index_put(x, index, values):
     """x with x[index] replaced by values, out of place and differentiable in both."""
-    from .elementwise import cast
     return IndexPut.apply(x, cast(values, x.dtype, x), _raw_index(index, xp_of(x.array)))
 
 
 def _along_dim_index(caller, x, dim, index, src=None):
     """(dim as an axis, index as an array) for gather, scatter and scatter_add, checked as PyTorch checks them: an
     integer index with x's number of dims, no larger than x (and src) in the other dims, every entry in range."""
-    from .dims import dim_index
     index = _integer_index(index, caller)
     dim = dim_index(dim, x.ndim)
     if index.ndim != x.ndim or any(n > size for i, (n, size) in enumerate(zip(index.shape, x.shape)) if i != dim) \
@@ -220,7 +219,6 @@ def gather(x, dim, index):
 
 def scatter(x, dim, index, src=None, value=None):
     """x with src's values (or value) written at index along dim, out of place (torch.scatter)."""
-    from .elementwise import cast
     if (src is None) == (value is None):
         raise TypeError("scatter takes either src or value")
     dim, index = _along_dim_index("scatter", x, dim, index, src if isinstance(src, Tensor) else None)
@@ -229,7 +227,6 @@ def scatter(x, dim, index, src=None, value=None):
 
 def scatter_add(x, dim, index, src):
     """x with src's values added at index along dim, repeated indices adding up, out of place (torch.scatter_add)."""
-    from .elementwise import cast
     dim, index = _along_dim_index("scatter_add", x, dim, index, src)
     return ScatterAdd.apply(x, index, cast(src, x.dtype, x), dim)
 
@@ -237,7 +234,6 @@ def scatter_add(x, dim, index, src):
 def index_select(x, dim, index):
     """The slices of x at index (1-D, or a single index) along dim, as torch.index_select; repeated indices add
     their gradients up."""
-    from .dims import dim_index
     index = _integer_index(index, "index_select")
     if index.ndim > 1 or x.ndim == 0:
         raise IndexError(f"index_select takes a tensor with dims and a 1-D index (or a single one), got shapes "
@@ -257,7 +253,6 @@ def _integer_index(index, caller):
 
 def index_fill(x, dim, index, value):
     """x with the slices at index along dim set to value, out of place (torch.index_fill)."""
-    from .dims import dim_index
     dim = dim_index(dim, x.ndim)
     hit = xp_of(x.array).zeros(x.shape[dim], dtype=bool)
     hit[_integer_index(index, "index_fill")] = True
@@ -276,7 +271,6 @@ def nonzero(x, as_tuple=False):
 def where(condition, input=None, other=None):
     """input where condition is True, else other (tensors or numbers, promoted to one dtype as in PyTorch);
     where(condition) alone is nonzero(condition, as_tuple=True)."""
-    from .elementwise import cast
     if input is None and other is None:
         return nonzero(condition, as_tuple=True)
     condition = as_array(condition)
@@ -301,7 +295,6 @@ def masked_fill(x, mask, value):
     if isinstance(value, Tensor):
         if value.ndim:
             raise RuntimeError(f"masked_fill takes a number or a 0-d tensor as its value, got shape {value.shape}")
-        from .elementwise import cast
         return Where.apply(mask, cast(value, x.dtype, x), x)
     return MaskedFill.apply(x, mask, builtins.float(as_array(value)))
 

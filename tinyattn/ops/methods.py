@@ -6,12 +6,13 @@ import operator
 from ..tensor import Tensor, as_array
 from . import in_place
 from .. import creation
-from .elementwise import (abs, add, bitwise_and, bitwise_not, bitwise_or, bitwise_xor, clamp, clone, cos, div, equal,
-                          exp, floor_divide, isclose, isfinite, isinf, isnan, log, logical_and, logical_not, logical_or,
-                          logical_xor, maximum, minimum, mul, neg, pow, relu, remainder, rsqrt, sigmoid, sin, sqrt, sub,
-                          tanh, to)
+from .conversions import to
+from .elementwise import (abs, add, clamp, clone, cos, div, exp, floor_divide, log, maximum, minimum, mul, neg, pow,
+                          relu, remainder, rsqrt, sigmoid, sin, sqrt, sub, tanh)
 from .indexing import (gather, getitem, index_add, index_fill, index_select, masked_fill, nonzero, scatter, scatter_add,
                        tril, triu)
+from .logic import (bitwise_and, bitwise_not, bitwise_or, bitwise_xor, equal, isclose, isfinite, isinf, isnan,
+                    logical_and, logical_not, logical_or, logical_xor)
 from .matmul import bmm, dot, matmul
 from .reductions import (all, amax, amin, any, argmax, argmin, cumsum, logsumexp, max, mean, min, norm, prod, std, sum,
                          var)

@@ -5,7 +5,9 @@ the widest dtype among the tensors that have dims, else among the 0-d tensors, e
 default float dtype, int64, bool). So Python and NumPy numbers never widen a tensor (float32 * 2.5 stays float32,
 and so does float32 * numpy.int64(3)), a 0-d tensor does not widen one with dims, float32 with a float64 tensor
 that has dims gives float64, and an integer tensor with a float gives the default float dtype. NumPy's own rules
-differ on exactly these cases, which is why tinyattn casts before it computes.
+differ on exactly these cases, which is why tinyattn casts before it computes: Cast changes a tensor's dtype
+differentiably, and cast(x, dtype, like) makes each operand (a tensor, an array or a number) a tensor of the dtype
+chosen.
 
 Functions of one tensor follow one of PyTorch's rules, declared by a decorator here and nowhere else:
 - computes_in_float (exp, log, sqrt, sin, sigmoid, ...): an integer or bool input computes in the default float
@@ -21,7 +23,7 @@ A float32 input pays one attribute test: the fast path stays as it was.
 import functools
 
 from .. import backend
-from ..backend import get_default_dtype
+from ..backend import device_of, get_default_dtype, is_array, xp_of
 from ..tensor import Function, Tensor
 
 
@@ -36,6 +38,17 @@ class Cast(Function):
     @staticmethod
     def backward(ctx, grad):
         return grad.astype(ctx.dtype), None
+
+
+def cast(x, dtype, like):
+    """x as a tensor of dtype: a tensor through Cast (differentiable), a number or array as a constant on the device
+    of the tensor like."""
+    if isinstance(x, Tensor):
+        return x if x.dtype == dtype else Cast.apply(x, dtype)
+    if is_array(x) and device_of(x) != like.device:
+        raise RuntimeError(f"cannot combine a {device_of(x)} array of shape {x.shape} with a {like.device} tensor "
+                           f"of shape {like.shape}")
+    return Tensor(xp_of(like.array).asarray(x, dtype=dtype))
 
 
 _CATEGORY = {"b": 0, "u": 1, "i": 1, "f": 2}

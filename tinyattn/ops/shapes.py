@@ -6,9 +6,8 @@ import math
 from ..backend import xp_of
 from ..creation import shape_from_args
 from .dims import dim_index, dim_indices
-from .elementwise import cast
 from .indexing import GetItem, getitem
-from .promotion import result_dtype
+from .promotion import cast, result_dtype
 from ..tensor import Function
 
 

@@ -6,7 +6,7 @@
     print(report.table(steps))
 
 Inside the block every Function's forward and backward is timed in the calling thread, and so is every share of
-work the CPU layer hands to tinyattn's threads (cpu.split's share); leaving the block puts them back. Per Function:
+work the CPU layer hands to tinyattn's threads (cpu.shares_through); leaving the block puts them back. Per Function:
 - alone: time the calling thread spends in it by itself (its Python, and array work it does not share);
 - shared: time in its hand-offs, the calling thread working on its own part and then waiting for the helpers;
 - hand-offs: how many of its shares some other thread took part in.
@@ -20,7 +20,7 @@ import contextlib
 import threading
 import time
 
-from ..cpu import split
+from .. import cpu
 from ..tensor import Function
 
 OUTSIDE = "(no Function)"       # the row of shares made outside any Function (the optimizer's), its calls the shares
@@ -97,7 +97,7 @@ def profile():
                 row[1] += elapsed - children            # the shares in it come off below, as they happen
         return staticmethod(run)
 
-    def timed_share(work, items):
+    def timed_share(share, work, items):
         if threading.get_ident() != caller:
             return share(work, items)
         own, helped = [0.0], [False]
@@ -125,19 +125,17 @@ def profile():
             row[3] += helped[0]
             report.waiting_s += elapsed - own[0]
 
-    share = split.share
     # every class's own entry (to put back) and the method it runs, all found before any is replaced
     saved = [(cls, name, cls.__dict__.get(name), getattr(cls, name))
              for cls in _function_classes() for name in ("forward", "backward")]
     for cls, name, _, method in saved:
         setattr(cls, name, timed(cls, name, method))
-    split.share = timed_share
     start = time.perf_counter()
     try:
-        yield report
+        with cpu.shares_through(timed_share):
+            yield report
     finally:
         report.total_s = time.perf_counter() - start
-        split.share = share
         for cls, name, own, _ in saved:
             if own is None:
                 delattr(cls, name)
