@@ -73,3 +73,13 @@ def test_the_old_path_misses_no_name_of_the_new_packages():
         exported = {name for name, value in vars(package).items() if not name.startswith("_")
                     and callable(value) and value.__module__.startswith(package.__name__ + ".")}
         assert exported <= set(package.__all__), exported - set(package.__all__)
+
+
+def test_the_ops_moved_out_of_elementwise_import_from_there_too(no_warnings):
+    from tinyattn.ops import conversions, logic, promotion
+    from tinyattn.ops.elementwise import ToDevice, bitwise_not, cast, isclose, logical_xor, to
+    assert (to, ToDevice, cast) == (conversions.to, conversions.ToDevice, promotion.cast)
+    assert (isclose, logical_xor, bitwise_not) == (logic.isclose, logic.logical_xor, logic.bitwise_not)
+    import tinyattn.ops.elementwise as elementwise
+    with pytest.raises(AttributeError, match="has no attribute 'no_such_op'"):
+        elementwise.no_such_op

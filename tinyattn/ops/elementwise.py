@@ -1,6 +1,7 @@
 """Elementwise Functions, forward beside backward: arithmetic with PyTorch's type promotion and broadcasting, and
 one-input math. Gradients may come back in broadcast shapes: the engine sums them back to each input's shape."""
 import builtins
+import importlib
 
 from ..backend import get_default_dtype, silent_float_errors, xp_of
 from ..tensor import Function, Tensor, as_array
@@ -493,3 +494,17 @@ def logsigmoid(x):
 @no_bool
 def relu(x):
     return Relu.apply(x)
+
+
+# Names that lived in this file until 2026-11-29, and where they live now: `from tinyattn.ops.elementwise import to`
+# keeps working. Looked up when first asked for, so that this file imports none of the files that import it.
+_MOVED = {**dict.fromkeys(("ToDevice", "to", "to_args"), "conversions"),
+          **dict.fromkeys(("isnan", "isinf", "isfinite", "allclose", "isclose", "equal", "logical_and", "logical_or",
+                           "logical_xor", "logical_not", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not"),
+                          "logic")}
+
+
+def __getattr__(name):
+    if name not in _MOVED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__package__}.{_MOVED[name]}"), name)
