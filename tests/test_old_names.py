@@ -24,20 +24,19 @@ def test_multi_head_attention_is_attention(no_warnings):
     assert nn.Attention is not nn.MultiheadAttention                   # PyTorch's class keeps its own name
 
 
-def test_impl_naive_is_sdpa(no_warnings):
+def test_impl_naive_is_sdpa_in_modules_configs_and_the_bench(tmp_path, no_warnings):
     assert nn.Attention(8, 2, impl="naive").impl == "sdpa" == nn.Attention(8, 2).impl
-    config = models.GPTConfig(vocab_size=11, block_size=8, n_layer=1, num_heads=2, d_model=8, impl="naive")
-    assert {block.attn.impl for block in models.GPT(config).blocks} == {"sdpa"}
+    small = dict(vocab_size=11, block_size=8, n_layer=1, num_heads=2, d_model=8)
+    config = models.GPTConfig(**small, impl="naive")
+    assert config.impl == "sdpa" and {block.attn.impl for block in models.GPT(config).blocks} == {"sdpa"}
+    assert models.TransformerConfig(5, 5, impl="naive").impl == models.ViTConfig(impl="naive").impl == "sdpa"
+    models.GPT(models.GPTConfig(**small)).save_pretrained(tmp_path)
+    assert models.GPT.from_pretrained(tmp_path, impl="naive").config.impl == "sdpa"
+    from tinyattn.tools import bench
+    assert bench.parse(["attention", "--impl", "naive"]).impl == "sdpa"
+    assert bench.parse(["train-step", "--impl", "naive"]).impl == "sdpa"
     with pytest.raises(ValueError, match=r"impl must be one of \('sdpa', 'flash', 'reference'\), got 'fast'"):
-        nn.Attention(8, 2, impl="fast")
-
-
-def test_a_model_saved_with_impl_naive_loads(tmp_path, no_warnings):
-    config = models.GPTConfig(vocab_size=11, block_size=8, n_layer=1, num_heads=2, d_model=8, impl="naive")
-    ta.manual_seed(0)
-    models.GPT(config).save_pretrained(tmp_path)
-    loaded = models.GPT.from_pretrained(tmp_path)
-    assert loaded.blocks[0].attn.impl == "sdpa"
+        models.GPTConfig(**small, impl="fast")
 
 
 def test_tinyattn_data_gives_the_new_packages_objects(no_warnings):
@@ -77,8 +76,8 @@ def test_the_old_path_misses_no_name_of_the_new_packages():
 
 def test_the_ops_moved_out_of_elementwise_import_from_there_too(no_warnings):
     from tinyattn.ops import conversions, logic, promotion
-    from tinyattn.ops.elementwise import ToDevice, bitwise_not, cast, isclose, logical_xor, to
-    assert (to, ToDevice, cast) == (conversions.to, conversions.ToDevice, promotion.cast)
+    from tinyattn.ops.elementwise import Cast, ToDevice, bitwise_not, cast, isclose, logical_xor, to
+    assert (to, ToDevice, cast, Cast) == (conversions.to, conversions.ToDevice, promotion.cast, promotion.Cast)
     assert (isclose, logical_xor, bitwise_not) == (logic.isclose, logic.logical_xor, logic.bitwise_not)
     import tinyattn.ops.elementwise as elementwise
     with pytest.raises(AttributeError, match="has no attribute 'no_such_op'"):

@@ -10,6 +10,7 @@ from .. import backend, hub
 from .. import functional as F
 from ..tensor import Tensor, as_array, no_grad
 from .. import nn
+from ..nn.attention import check_impl
 from . import hf_gpt2
 
 
@@ -37,6 +38,9 @@ class GPTConfig:
     bias: bool = True
     tie_weights: bool = False        # share the token embedding with the output head
 
+    def __post_init__(self):
+        self.impl = check_impl(self.impl)          # refused early; "naive", the old name of "sdpa", kept as "sdpa"
+
 
 ACTIVATIONS = {"gelu": lambda: nn.GELU(), "gelu_tanh": lambda: nn.GELU(approximate="tanh"), "relu": lambda: nn.ReLU()}
 
@@ -53,8 +57,8 @@ class Block(nn.Module):
         self.ln1 = _norm(config)
         self.ln2 = _norm(config) if config.mlp != "none" else None
         self.attn = nn.Attention(config.d_model, config.num_heads, config.num_kv_heads, bias=config.bias,
-                                          dropout=config.dropout if config.impl != "flash" else 0.0,
-                                          impl=config.impl, rotary=rotary)
+                                 dropout=config.dropout if config.impl != "flash" else 0.0, impl=config.impl,
+                                 rotary=rotary)
         if config.mlp == "gelu":
             if config.activation not in ACTIVATIONS:
                 raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {config.activation!r}")

@@ -12,6 +12,7 @@ from .. import backend
 from .. import functional as F
 from ..tensor import Tensor, as_array, no_grad
 from .. import nn
+from ..nn.attention import check_impl
 
 
 @dataclass
@@ -30,15 +31,17 @@ class TransformerConfig:
     eos_id: int = 2
     impl: str = "sdpa"
 
+    def __post_init__(self):
+        self.impl = check_impl(self.impl)          # refused early; "naive", the old name of "sdpa", kept as "sdpa"
+
 
 def _feed_forward(config):
     return nn.MLP(config.d_model, config.d_ff or 4 * config.d_model, activation=nn.ReLU())
 
 
 def _attention(config, cross=False):
-    return nn.Attention(config.d_model, config.num_heads,
-                                 dropout=config.dropout if config.impl != "flash" else 0.0, impl=config.impl,
-                                 cross=cross)
+    return nn.Attention(config.d_model, config.num_heads, dropout=config.dropout if config.impl != "flash" else 0.0,
+                        impl=config.impl, cross=cross)
 
 
 class _Layer(nn.Module):

@@ -23,6 +23,7 @@ from .. import functional as F
 from ..creation import zeros
 from ..tensor import as_array
 from .. import nn
+from ..nn.attention import check_impl
 from . import hf_vit
 
 
@@ -43,6 +44,9 @@ class ViTConfig:
     distillation: bool = False       # DeiT: add a distillation token and head
     norm_eps: float = 1e-6           # the LayerNorms' epsilon (timm's ViT; Hugging Face's google/vit-*: 1e-12)
     id2label: dict = None            # class index -> name, for a loaded model's predictions
+
+    def __post_init__(self):
+        self.impl = check_impl(self.impl)          # refused early; "naive", the old name of "sdpa", kept as "sdpa"
 
 
 class EncoderBlock(nn.Module):
@@ -121,7 +125,7 @@ class ViT(nn.Module):
     def from_pretrained(cls, name_or_folder):
         """A ViTForImageClassification from a Hugging Face folder (config.json + model.safetensors) or a hub name
         ('google/vit-base-patch16-224'; needs the hub extra and the network once), in eval mode, in the file's
-        dtype. config.id2label names its classes; data.ImageProcessor.from_pretrained(same) prepares images."""
+        dtype. config.id2label names its classes; preprocessing.ImageProcessor.from_pretrained(same) prepares images."""
         return hub.load_model(cls, ViTConfig, hf_vit, name_or_folder)
 
     def features(self, images, need_weights=False):

@@ -102,7 +102,7 @@ def attention_step(work, args):
     else:
         import tinyattn.functional as F
         from tinyattn import cpu
-        plain = args.impl in ("sdpa", "naive", "reference")           # scaled_dot_product_attention, not flash
+        plain = args.impl in ("sdpa", "reference")                    # scaled_dot_product_attention, not flash
         attend = F.scaled_dot_product_attention if plain else F.flash_attention
         extra = {} if plain else {"block_size": args.block_size, "fused": None if args.impl == "flash" else False}
         if not plain and args.device == "cpu":     # the block it runs with (--dim is q's and v's head size)
@@ -404,6 +404,8 @@ def parse(argv):
     mm.add_argument("--n", type=int, default=2048)
     mm.add_argument("--reps", type=int, default=5)
     args = parser.parse_args(argv)
+    if getattr(args, "impl", None) == "naive":       # its old name (nn/attention.py's IMPL_ALIASES), recorded as sdpa
+        args.impl = "sdpa"
     if args.command in ("train-step", "ddp") and "--warmup" not in argv:
         args.warmup = 2
     flags = {action.dest: action.option_strings[0] for action in sub.choices[args.command]._actions
