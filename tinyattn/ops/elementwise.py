@@ -498,7 +498,7 @@ def relu(x):
 
 # Names that lived in this file until 2026-11-29, and where they live now: `from tinyattn.ops.elementwise import to`
 # keeps working. Looked up when first asked for, so that this file imports none of the files that import it.
-_MOVED = {**dict.fromkeys(("ToDevice", "to", "to_args"), "conversions"),
+_MOVED = {**dict.fromkeys(("ToDevice", "to", "to_args"), "conversions"), "Cast": "promotion",
           **dict.fromkeys(("isnan", "isinf", "isfinite", "allclose", "isclose", "equal", "logical_and", "logical_or",
                            "logical_xor", "logical_not", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not"),
                           "logic")}
