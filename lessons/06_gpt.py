@@ -143,7 +143,7 @@ losses = []
 for step in (bar := progress(range(steps), desc="training")):
     x, y = corpus.batch("train", batch_size, block, rng)
     _, loss = model(ta.tensor(x), ta.tensor(y))
-    train_step(loss, optimizer, schedule, clip=model.parameters())
+    train_step(loss, optimizer, schedule, clip_parameters=model.parameters())
     losses.append(loss.item())
     if step % 10 == 0:
         bar.set_postfix(loss=f"{losses[-1]:.3f}")
@@ -216,8 +216,8 @@ explorer = viz.explore_attention(maps, chars, chars, title="GPT self-attention")
 # The model above is GPT-2's architecture at toy size. GPT-2 small itself (12 layers, 12 heads, d_model 768, 124M
 # parameters, trained on 40 GB of web text) loads into the same class: `models.GPT.from_pretrained("gpt2")` reads
 # Hugging Face's files (config.json, model.safetensors) and translates their names in one place
-# (tinyattn/models/hf_gpt2.py); `data.Tokenizer` turns text into its 50,257 byte-pair tokens. Run the lesson with
-# `--weights gpt2` (after `pip install -e ".[hub]"`; 548 MB, downloaded once) or `--weights FOLDER` holding those
+# (tinyattn/models/hf_gpt2.py); `preprocessing.Tokenizer` turns text into its 50,257 byte-pair tokens. Run the lesson
+# with `--weights gpt2` (after `pip install -e ".[hub]"`; 548 MB, downloaded once) or `--weights FOLDER` holding those
 # files. Then: GPT-2 continues a prompt, its heads are drawn on a sentence, and its previous-token heads (the
 # previous-token score of tinyattn.interpret: mean weight from each token to the one before it) are set beside the
 # ones the small model above learned on characters.

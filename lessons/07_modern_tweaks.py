@@ -59,7 +59,7 @@ def train(overrides, label, seed):
     for _ in progress(range(steps), desc=label):
         x, y = corpus.batch("train", batch_size, base["block_size"], rng)
         _, loss = model(ta.tensor(x), ta.tensor(y))
-        train_step(loss + 0.01 * model.aux_loss(), optimizer, schedule, clip=model.parameters())
+        train_step(loss + 0.01 * model.aux_loss(), optimizer, schedule, clip_parameters=model.parameters())
         curve.append(loss.item())
     seconds = time.perf_counter() - start
     model.eval()

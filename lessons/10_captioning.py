@@ -38,7 +38,7 @@ for step in (bar := progress(range(steps), desc="training")):
     captions = data.captions[rows]
     logits, _ = model(ta.tensor(data.images[rows]), ta.tensor(captions[:, :-1]))
     loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ta.tensor(captions[:, 1:].reshape(-1)))
-    train_step(loss, optimizer, schedule, clip=model.parameters())
+    train_step(loss, optimizer, schedule, clip_parameters=model.parameters())
     losses.append(loss.item())
     if step % 20 == 0:
         bar.set_postfix(loss=f"{losses[-1]:.3f}")

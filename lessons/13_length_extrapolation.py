@@ -103,7 +103,7 @@ def train_lm(position):
     for _ in progress(range(steps), desc=position):
         x, y = corpus.batch("train", batch_size, train_len, rng)
         _, loss = model(ta.tensor(x), ta.tensor(y))
-        train_step(loss, optimizer, schedule, clip=model.parameters())
+        train_step(loss, optimizer, schedule, clip_parameters=model.parameters())
     return model, time.perf_counter() - start
 
 

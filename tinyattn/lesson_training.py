@@ -1,10 +1,11 @@
-"""What the lessons' training loops share, written once: train_step, the step after a forward (lesson 05 writes its
-lines out, where it teaches them; lessons 06-14, 17 and 20 call it); and the recipe of the image-classifier lessons
-(15 and 16): fit a model with AdamW, warm-up and cosine decay on shuffled batches, and measure its accuracy.
+"""What the lessons' training loops share, written once: train_step, the step after a forward, and the recipe of the
+image-classifier lessons (15 and 16): fit a model with AdamW, warm-up and cosine decay on shuffled batches, and
+measure its accuracy.
 
-Two lessons keep their step in the open: 18 reads the gradients between backward and the step (each block's
-gradient norm at the first step), and 22 is about the step itself (DistributedDataParallel
-averaging the gradients, ZeRO sharding the optimizer)."""
+Lessons 06-14, 17 and 20 call train_step. Lessons 01, 02 and 05 write the step out, where a reader first meets it
+(01 and 02: zero the gradients, backward, clip, step; 05 adds the schedule, a warm-up and a cosine decay); 18 reads
+the gradients between backward and the step (each block's gradient norm at the first step); and 22 is about the step
+itself (DistributedDataParallel averaging the gradients, ZeRO sharding the optimizer)."""
 import time
 
 import numpy as np
@@ -26,14 +27,13 @@ def accuracy(model, images, labels, **model_kwargs):
     return float((logits.numpy().argmax(-1) == labels).mean())
 
 
-def train_step(loss, optimizer, schedule=None, clip=None, max_norm=1.0):
-    """Zero the gradients, backward from loss, clip the gradients of the parameters clip (model.parameters(), say)
-    to a total norm of max_norm when they are given, take the optimizer's step, then the schedule's when there is
-    one."""
+def train_step(loss, optimizer, schedule=None, clip_parameters=None, max_norm=1.0):
+    """Zero the gradients, backward from loss, clip the gradients of clip_parameters (model.parameters(), say) to a
+    total norm of max_norm when they are given, take the optimizer's step, then the schedule's when there is one."""
     optimizer.zero_grad()
     loss.backward()
-    if clip is not None:
-        optim.clip_grad_norm_(clip, max_norm)
+    if clip_parameters is not None:
+        optim.clip_grad_norm_(clip_parameters, max_norm)
     optimizer.step()
     if schedule is not None:
         schedule.step()
