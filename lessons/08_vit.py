@@ -161,7 +161,7 @@ print(f"the head farthest from uniform attention is {departure:.1f} pixels from 
 # ## A real ViT
 # `models.ViT.from_pretrained("google/vit-base-patch16-224")` reads Hugging Face's ViT-Base/16 (12 blocks, 12 heads,
 # 196 patches of 16x16 pixels, fine-tuned on ImageNet's 1,000 classes) into the class trained above, translating
-# its names in one place (tinyattn/models/hf_vit.py); `data.ImageProcessor` prepares an image as it was trained
+# its names in one place (tinyattn/models/hf_vit.py); `preprocessing.ImageProcessor` prepares an image as it was trained
 # (resize to 224x224, scale to [0, 1], normalise). Run with `--weights google/vit-base-patch16-224` (after
 # `pip install -e ".[hub]"`; 346 MB, downloaded once) or `--weights FOLDER`. It classifies matplotlib's own sample
 # photo (shipped with matplotlib, no download) and shows where the class token looks in each block.

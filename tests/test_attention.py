@@ -1,4 +1,4 @@
-"""Attention in every form: flash against naive, additive against its definition, modules, KV cache, positions,
+"""Attention in every form: flash against sdpa, additive against its definition, modules, KV cache, positions,
 Swin windows. Each ties a form to the plain definition."""
 import contextlib
 import math
@@ -33,7 +33,7 @@ FLASH_CASES = [  # (B, Hq, Hkv, L, S, block, causal, padding)
 
 @pytest.mark.parametrize("dtype,tol", [("float64", 1e-12), ("float32", 1e-5)])
 @pytest.mark.parametrize("case", FLASH_CASES)
-def test_flash_equals_naive_outputs_and_gradients(case, dtype, tol):
+def test_flash_equals_sdpa_outputs_and_gradients(case, dtype, tol):
     b, hq, hkv, lq, lk, block, causal, padding = case
     q, k, v = randn(b, hq, lq, 16, dtype=dtype), randn(b, hkv, lk, 16, dtype=dtype, seed=1), \
         randn(b, hkv, lk, 16, dtype=dtype, seed=2)
@@ -44,12 +44,12 @@ def test_flash_equals_naive_outputs_and_gradients(case, dtype, tol):
         mask = ta.tensor(keep)
     kwargs = dict(attn_mask=mask, is_causal=causal, enable_gqa=hq != hkv)
     flash = F.flash_attention(q, k, v, block_size=block, **kwargs)
-    naive = F.scaled_dot_product_attention(q, k, v, **kwargs)
+    sdpa = F.scaled_dot_product_attention(q, k, v, **kwargs)
     assert flash.dtype == np.dtype(dtype)
-    np.testing.assert_allclose(host(flash), host(naive), atol=tol, rtol=0)
-    weight = randn(*naive.shape, requires_grad=False, dtype=dtype, seed=3)
-    for g_flash, g_naive in zip(_grads(flash, (q, k, v), weight), _grads(naive, (q, k, v), weight)):
-        np.testing.assert_allclose(g_flash, g_naive, atol=tol * 10, rtol=0)
+    np.testing.assert_allclose(host(flash), host(sdpa), atol=tol, rtol=0)
+    weight = randn(*sdpa.shape, requires_grad=False, dtype=dtype, seed=3)
+    for g_flash, g_sdpa in zip(_grads(flash, (q, k, v), weight), _grads(sdpa, (q, k, v), weight)):
+        np.testing.assert_allclose(g_flash, g_sdpa, atol=tol * 10, rtol=0)
 
 
 @pytest.mark.parametrize("n_rows,n_keys,block", [(512, 512, 256), (256, 256, 64), (37, 37, 16), (5, 70, 64),
@@ -371,19 +371,19 @@ def test_self_attention_is_permutation_equivariant_without_positions():
 
 
 @pytest.mark.parametrize("num_kv_heads", [4, 2, 1])
-def test_mha_naive_and_flash_agree_and_heads_share(num_kv_heads):
-    naive = nn.Attention(16, 4, num_kv_heads=num_kv_heads).double()
+def test_mha_sdpa_and_flash_agree_and_heads_share(num_kv_heads):
+    sdpa = nn.Attention(16, 4, num_kv_heads=num_kv_heads).double()
     flash = nn.Attention(16, 4, num_kv_heads=num_kv_heads, impl="flash").double()
-    flash.load_state_dict(naive.state_dict())
+    flash.load_state_dict(sdpa.state_dict())
     x = randn(2, 9, 16)
     pad = np.zeros((2, 9), dtype=bool)
     pad[0, 6:] = True
     for kwargs in ({"is_causal": True}, {"key_padding_mask": ta.tensor(pad)}):
-        np.testing.assert_allclose(host(flash(x, **kwargs)), host(naive(x, **kwargs)), atol=1e-12)
+        np.testing.assert_allclose(host(flash(x, **kwargs)), host(sdpa(x, **kwargs)), atol=1e-12)
     head_dim = 4
-    assert naive.qkv.weight.shape == (16 + 2 * num_kv_heads * head_dim, 16)
-    assert naive.kv_cache_bytes_per_token() == 2 * num_kv_heads * head_dim * 4
-    assert ta.gradcheck(lambda x, *p: naive(x, is_causal=True), (x, *naive.parameters()), full_jacobian=False)
+    assert sdpa.qkv.weight.shape == (16 + 2 * num_kv_heads * head_dim, 16)
+    assert sdpa.kv_cache_bytes_per_token() == 2 * num_kv_heads * head_dim * 4
+    assert ta.gradcheck(lambda x, *p: sdpa(x, is_causal=True), (x, *sdpa.parameters()), full_jacobian=False)
 
 
 def test_key_padding_mask_hides_padded_keys_and_weights_for_plots():

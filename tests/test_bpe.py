@@ -1,5 +1,6 @@
-"""The byte-level BPE built here (tinyattn/data/bpe.py) against GPT-2's documented table and pattern, hand-worked
-merges, and the `tokenizers` package: the same ids on 1,000 probe strings, exact decoding, the same trained merges."""
+"""The byte-level BPE built here (tinyattn/preprocessing/bpe.py) against GPT-2's documented table and pattern,
+hand-worked merges, and the `tokenizers` package: the same ids on 1,000 probe strings, exact decoding, the same trained
+merges."""
 import io
 import json
 import os

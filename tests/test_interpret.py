@@ -323,8 +323,8 @@ def test_a_shared_attention_module_is_recorded_once_and_left_as_it_was():
         assert len(attention.hook_pattern._forward_hooks) == 2
         model(ta.randn(1, 3, 8))
     assert not attention.hook_pattern.hooked and set(cache.attention) == {"0", "1"}
-    with pytest.warns(UserWarning, match=r"record sees the weights and heads of Attention, "
-                                         r"MultiheadAttention only; '0' \(WindowAttention\): output recorded"):
+    with pytest.warns(UserWarning, match=r"record sees the weights and heads of nn.Attention, "
+                                         r"nn.MultiheadAttention only; '0' \(WindowAttention\): output recorded"):
         with interpret.record(nn.Sequential(nn.WindowAttention(8, 2, 2))) as cache:
             pass
 

@@ -36,7 +36,7 @@ def test_naive_attention_keeps_its_weights_b_h_l_squared():
     assert report.leaf_bytes == 3 * B * H * L * E * 4
 
 
-def test_fast_naive_attention_keeps_its_weights_and_output():
+def test_fast_sdpa_attention_keeps_its_weights_and_output():
     out = F.scaled_dot_product_attention(*qkv(), is_causal=True)
     rows = saved(ta.memory_report(out), "FastScaledDotProductAttention")
     held = [row for row in rows.values() if row["shape"][-2:] == (L, L)]
@@ -168,7 +168,7 @@ def test_the_report_counts_cupy_arrays_on_flash_paths(fused):
 
 
 @pytest.mark.gpu
-def test_the_report_counts_cupy_weights_on_the_naive_path():
+def test_the_report_counts_cupy_weights_on_the_sdpa_path():
     report = ta.memory_report(F.scaled_dot_product_attention(*qkv(device="cuda"), is_causal=True))
     assert sum(row["bytes"] for row in report.rows if row["shape"][-1] != E) >= B * H * L * (L + 1) // 2 * 4
 

@@ -1,5 +1,5 @@
 """Every model family: output shapes, a float64 gradcheck of a tiny instance, overfitting a tiny batch, flash equal
-to naive where there is attention, and float32 training that never promotes."""
+to sdpa where there is attention, and float32 training that never promotes."""
 import dataclasses
 import json
 
@@ -339,13 +339,13 @@ def test_captioner_overfits_and_attends_over_patches():
                         directions=1)
 
 
-def test_transformer_flash_equals_naive():
+def test_transformer_flash_equals_sdpa():
     config = dict(src_vocab=12, tgt_vocab=12, d_model=16, num_heads=2, n_layers=2, dropout=0.0)
-    naive = models.Transformer(models.TransformerConfig(**config))
+    sdpa = models.Transformer(models.TransformerConfig(**config))
     flash = models.Transformer(models.TransformerConfig(impl="flash", **config))
-    flash.load_state_dict(naive.state_dict())
+    flash.load_state_dict(sdpa.state_dict())
     src, tgt = ta.tensor([[5, 6, 7, 8, 0], [9, 10, 11, 0, 0]]), ta.tensor([[1, 8, 7, 6], [1, 11, 10, 0]])
-    np.testing.assert_allclose(host(flash(src, tgt)), host(naive(src, tgt)), atol=1e-5)
+    np.testing.assert_allclose(host(flash(src, tgt)), host(sdpa(src, tgt)), atol=1e-5)
 
 
 def test_position_neighbour_similarity_of_a_table_made_to_order():

@@ -6,6 +6,7 @@ whole, in the calling thread: the GPU has its own parallelism. for_each_part run
 when told the work is on GPU arrays (like=); sum_over_parts deals out whatever parts it is given.
 """
 import contextlib
+import dataclasses
 import functools
 import math
 import threading
@@ -49,9 +50,9 @@ MIN_SMALL_PRODUCT_BLOCK = 100
 MIN_LANE_ENTRIES = 4
 
 
-def slices(n, size):
-    """range(n) as consecutive slices of at most size."""
-    return [slice(start, min(start + size, n)) for start in range(0, n, size)]
+def slices(n, size, start=0):
+    """range(start, n) as consecutive slices of at most size."""
+    return [slice(first, min(first + size, n)) for first in range(start, n, size)]
 
 
 def one_slice_per_thread(n):
@@ -277,32 +278,32 @@ def batch_lanes(batch_shape, like):
     return [Lane((), batch_ndim)]
 
 
+@dataclasses.dataclass(frozen=True)
 class Lane:
-    """One lane of batch_lanes: index, the tuple that picks its entries (() for the whole batch); lane(x) is x's
-    share of the lane, for an array whose axes before its last two broadcast against the batch (in_lane)."""
-
-    def __init__(self, index, batch_ndim):
-        self.index, self.batch_ndim = index, batch_ndim
+    """One lane of batch_lanes: index, the tuple that picks its entries (() for the whole batch) in a batch of
+    batch_ndim axes; lane(x) is x's share of the lane, for an array whose axes before its last two broadcast against
+    the batch (in_lane)."""
+    index: tuple
+    batch_ndim: int
 
     def __call__(self, x):
         return in_lane(x, self.index, self.batch_ndim)
 
 
-def in_lane(x, lane, batch_ndim):
-    """x's share of a lane (a Lane's index, or an AttentionPart's entries), for an array whose axes before its last
-    two broadcast against a batch of batch_ndim axes: an axis of size 1 or one it lacks is taken whole. None stays
-    None."""
-    if x is None or not lane:
+def in_lane(x, index, batch_ndim):
+    """x's share of the entries index picks (a Lane's index, or an AttentionPart's entries), for an array whose axes
+    before its last two broadcast against a batch of batch_ndim axes: an axis of size 1 or one it lacks is taken
+    whole. None stays None."""
+    if x is None or not index:
         return x
-    axis = x.ndim - 2 - batch_ndim + len(lane) - 1
-    return x if axis < 0 or x.shape[axis] == 1 else x[(slice(None),) * axis + lane[-1:]]
+    axis = x.ndim - 2 - batch_ndim + len(index) - 1
+    return x if axis < 0 or x.shape[axis] == 1 else x[(slice(None),) * axis + index[-1:]]
 
 
 def causal_row_pieces(rows):
     """The rows of one block of flash attention that crosses a causal diagonal (a slice), in pieces of MASKED_ROWS,
     at most half the block each: a piece then computes only the scores up to its last row's key."""
-    size = min(MASKED_ROWS, -(-(rows.stop - rows.start) // 2))
-    return [slice(start, min(start + size, rows.stop)) for start in range(rows.start, rows.stop, size)]
+    return slices(rows.stop, min(MASKED_ROWS, -(-(rows.stop - rows.start) // 2)), rows.start)
 
 
 class AttentionPart:

@@ -13,7 +13,7 @@ from ..ops import logsigmoid, pad, relu, sigmoid, tanh
 from ..tensor import Tensor
 from .activations import gelu, glu, silu, softplus
 from .additive_attention import additive_attention, additive_scores
-from .attention import attention_weights, blas_as_fused, scaled_dot_product_attention
+from .attention import attention_weights, scaled_dot_product_attention
 from .attention_inputs import causal_mask
 from .conv import conv2d, unfold
 from .dropout import check_probability, dropout

@@ -155,8 +155,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     return attention.apply(query, key, value, mask, default_scale(query, scale), float(dropout_p), enable_gqa)
 
 
-def blas_as_fused():
-    """`with blas_as_fused():` BLAS runs on one thread inside, as inside the fast Functions (cpu.tuned), for attention
+def one_blas_thread():
+    """`with one_blas_thread():` BLAS runs on one thread inside, as inside the fast Functions (cpu.tuned), for attention
     made of plain products (attention_weights; a module's path through its hook points): its products round as
     theirs do, and BLAS's other threads do not wait on cores tinyattn's threads keep busy."""
     return cpu.blas_held()
@@ -167,5 +167,5 @@ def attention_weights(query, key, attn_mask=None, is_causal=False, scale=None, e
     graph is recorded)."""
     mask = as_array(_checked_mask(query, key, key, attn_mask, is_causal, enable_gqa, "attention_weights"))
     q, k, _, mask, groups = group_heads(query.array, key.array, key.array, mask, enable_gqa)
-    with blas_as_fused():
+    with one_blas_thread():
         return Tensor(merge_heads(_probabilities(q, k, mask, default_scale(query, scale)), groups))

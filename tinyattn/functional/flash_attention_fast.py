@@ -226,7 +226,7 @@ class FastFlashAttention(Function):
         grad_q_shape = out.shape[:-1] + (q_aug.shape[-1] - 1,)
         # Lanes of the batch (its heads or entries), one per thread, add into places of their own: one dQ for all.
         # With one lane (cpu.batch_lanes), each thread sums a dQ of its own.
-        parts = [(lane, cols) for lane in range(len(lanes)) for cols in _blocks(k.shape[-2], block_size)]
+        parts = [(number, cols) for number in range(len(lanes)) for cols in _blocks(k.shape[-2], block_size)]
         (grad_q,) = cpu.sum_over_parts(backward_columns, parts, lambda: (xp.zeros(grad_q_shape, dtype=q_aug.dtype),),
                                        group=lambda part: part[0])
         return (merge_heads(grad_q, groups), ungroup_grad(grad_k, groups), ungroup_grad(grad_v, groups),

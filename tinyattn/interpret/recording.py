@@ -92,7 +92,7 @@ def record(model, names=None, keep_graph=False):
     modules = dict(model.named_modules()) if names is None else resolve(model, names)
     unseen = unseen_attention(modules)
     if unseen:
-        warnings.warn(f"record sees the weights and heads of {', '.join(c.__name__ for c in ATTENTION)} only; "
+        warnings.warn(f"record sees the weights and heads of {', '.join(f'nn.{c.__name__}' for c in ATTENTION)} only; "
                       f"{', '.join(f'{n!r} ({type(modules[n]).__name__})' for n in unseen[:5])}"
                       f"{' and more' if len(unseen) > 5 else ''}: output recorded, weights and heads not",
                       stacklevel=3)

@@ -14,6 +14,7 @@ import math
 from .. import backend, ops
 from .. import functional as F
 from ..creation import zeros
+from ..functional.attention import one_blas_thread
 from ..tensor import Tensor, as_array
 from .hook_point import add_points
 from .layers import Linear, _parameter
@@ -93,9 +94,9 @@ IMPL_ALIASES = {"naive": "sdpa"}
 
 def check_impl(impl):
     """The attention implementation a module runs, by the function it calls (Hugging Face's attn_implementation
-    names them so too): "sdpa" (F.scaled_dot_product_attention, the weights formed in parts), "flash"
-    (F.flash_attention, no weights formed) or "reference" (scaled dot-product attention's reference twin, the whole
-    score matrix at once). "naive", the old name of "sdpa", is taken as "sdpa"."""
+    names them so too): "sdpa" (F.scaled_dot_product_attention, which keeps its weights, formed in parts on the
+    CPU), "flash" (F.flash_attention, no weights formed) or "reference" (scaled dot-product attention's reference
+    twin, the whole score matrix at once). "naive", the old name of "sdpa", is taken as "sdpa"."""
     impl = IMPL_ALIASES.get(impl, impl)
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
@@ -222,7 +223,7 @@ class Attention(AttentionWithPoints):
         gqa = self.num_kv_heads != self.num_heads
         with self.hook_pattern.keeping(need_weights):
             if self.hook_attn_scores.hooked or self.hook_pattern.hooked:
-                with F.blas_as_fused():        # as the fused paths: one BLAS thread (its others wait on busy cores)
+                with one_blas_thread():        # as the fused paths: one BLAS thread (its others wait on busy cores)
                     out = self._attention_in_the_open(q, k, v, mask, is_causal)
             elif self.impl == "flash":
                 out = F.flash_attention(q, k, v, attn_mask=mask, is_causal=is_causal, enable_gqa=gqa)

@@ -13,8 +13,8 @@ Two forms of a vocabulary, and which function speaks which:
 Special tokens are text (str) in both.
 
 Its method names follow `tokenizers.Tokenizer` (encode(text).ids, decode(ids, skip_special_tokens), decode_batch,
-get_vocab_size, token_to_id, id_to_token), so `data.Tokenizer` wraps either. The pattern needs the `regex` package
-(`\\p{L}` is any letter of any script, which Python's `re` cannot say): the lessons and hub extras install it.
+get_vocab_size, token_to_id, id_to_token), so `Tokenizer` (tokenizer.py) wraps either. The pattern needs the `regex`
+package (`\\p{L}` is any letter of any script, which Python's `re` cannot say): the lessons and hub extras install it.
 """
 import functools
 import heapq
@@ -337,7 +337,7 @@ class ByteLevelBPE:
     def decode(self, ids, skip_special_tokens=False):
         """ids -> text: each token's bytes (token_bytes), read as UTF-8; bytes that are no UTF-8 (a piece of a
         character cut off) become U+FFFD, as in `tokenizers`. Special tokens stay in the text unless
-        skip_special_tokens, as data.Tokenizer and transformers decode (`tokenizers`' own default is to skip them),
+        skip_special_tokens, as Tokenizer and transformers decode (`tokenizers`' own default is to skip them),
         so that decode(encode(text).ids) is text."""
         data = bytearray()
         for i in ids:
