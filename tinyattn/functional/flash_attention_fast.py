@@ -6,7 +6,7 @@ from .. import cpu
 from ..backend import broadcast_shapes, silent_float_errors, xp_of
 from ..tensor import Function
 from . import twins
-from .attention_inputs import group_heads, merge_heads, split_heads, ungroup_grad
+from .attention_inputs import group_heads, merge_heads, ungroup_grad
 from .flash_attention import ReferenceFlashAttention, _block_bias, _blocks, _visible
 
 # A row's sum l = sum exp(S - m) may grow this many times past its count of keys before the forward makes the row
