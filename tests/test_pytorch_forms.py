@@ -82,6 +82,18 @@ def test_comparing_a_tensor_with_none_is_false_as_in_pytorch():
         idx_next < None                                                      # noqa: B015 (the refusal under test)
 
 
+def test_the_comparison_functions_are_the_operators():
+    x, y = ta.tensor([[1.0, 2.0, 3.0]]), ta.tensor([[2.0], [3.0]])                # broadcast to (2, 3)
+    for name, operator in (("eq", "__eq__"), ("ne", "__ne__"), ("lt", "__lt__"), ("le", "__le__"), ("gt", "__gt__"),
+                           ("ge", "__ge__")):
+        expected = getattr(host(x), operator)(host(y))
+        for result in (getattr(ta, name)(x, y), getattr(x, name)(y), getattr(x, operator)(y)):
+            assert result.dtype == bool and host(result).tolist() == expected.tolist(), name
+        assert host(getattr(ta, name)(x, 2.0)).tolist() == getattr(host(x), operator)(2.0).tolist()
+        with pytest.raises(TypeError, match=f"{name}\\(\\) received None"):
+            getattr(ta, name)(x, None)
+
+
 def test_pytorchs_constants_and_pow():
     assert ta.inf == math.inf and ta.pi == math.pi and ta.e == math.e and math.isnan(ta.nan)
     assert host(ta.tensor([1.0, 2.0]).masked_fill(ta.tensor([True, False]), -ta.inf)).tolist() == [-math.inf, 2]

@@ -12,12 +12,12 @@ from .creation import (BoolTensor, FloatTensor, LongTensor, arange, as_tensor, e
                        full, full_like, get_default_dtype, is_tensor, multinomial, numel, ones, ones_like, rand,
                        rand_like, randint, randn, randn_like, randperm, set_default_dtype, tensor, zeros, zeros_like)
 from .ops import (abs, all, allclose, amax, amin, any, argmax, argmin, argsort, bmm, broadcast_to, cat, chunk, clamp,
-                  clone, cos, cumsum, diag, dot, einsum, equal, exp, flatten, flip, floor_divide, gather, index_select,
-                  isclose, isfinite, isinf, isnan, log, logical_and, logical_not, logical_or, logical_xor, logsumexp,
-                  matmul, max, maximum, mean, meshgrid, min, minimum, narrow, nonzero, norm, permute, pow, prod, relu,
-                  remainder, repeat_interleave, reshape, roll, rsqrt, scatter, scatter_add, sigmoid, sin, sort, split,
-                  sqrt, squeeze, stack, std, sum, tanh, topk, transpose, tril, triu, unbind, unflatten, unsqueeze, var,
-                  where)
+                  clone, cos, cumsum, diag, dot, einsum, eq, equal, exp, flatten, flip, floor_divide, gather, ge, gt,
+                  index_select, isclose, isfinite, isinf, isnan, le, log, logical_and, logical_not, logical_or,
+                  logical_xor, logsumexp, lt, matmul, max, maximum, mean, meshgrid, min, minimum, narrow, ne, nonzero,
+                  norm, permute, pow, prod, relu, remainder, repeat_interleave, reshape, roll, rsqrt, scatter,
+                  scatter_add, sigmoid, sin, sort, split, sqrt, squeeze, stack, std, sum, tanh, topk, transpose, tril,
+                  triu, unbind, unflatten, unsqueeze, var, where)
 from .ops import clamp as clip
 from math import e, inf, nan, pi  # noqa: F401 (PyTorch's constants: torch.inf, torch.pi, ...)
 from .tensor import (Function, Tensor, enable_grad, inference_mode, is_grad_enabled, no_grad,

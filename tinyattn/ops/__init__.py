@@ -19,8 +19,8 @@ from .in_place import change_in_place
 from .indexing import (Gather, GetItem, IndexAdd, IndexPut, MaskedFill, Scatter, ScatterAdd, Where, gather, getitem,
                        index_add, index_fill, index_put, index_select, masked_fill, nonzero, scatter, scatter_add, tril,
                        triu, where)
-from .logic import (allclose, bitwise_and, bitwise_not, bitwise_or, bitwise_xor, equal, isclose, isfinite, isinf, isnan,
-                    logical_and, logical_not, logical_or, logical_xor)
+from .logic import (allclose, bitwise_and, bitwise_not, bitwise_or, bitwise_xor, eq, equal, ge, gt, isclose, isfinite,
+                    isinf, isnan, le, logical_and, logical_not, logical_or, logical_xor, lt, ne)
 from .matmul import MatMul, bmm, dot, matmul
 from .methods import install as _install_methods
 from .promotion import (Cast, accumulates_in_float32, cast, check_one_dtype, computes_in_float, float_only,

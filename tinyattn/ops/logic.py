@@ -1,5 +1,8 @@
-"""Functions with no gradient: tests of values (isnan, isinf, isfinite), comparisons that answer whether tensors agree
-(allclose, isclose, equal), and logic on bool tensors (logical_*, and bitwise_* bit by bit on integer ones)."""
+"""Functions with no gradient: tests of values (isnan, isinf, isfinite), comparisons elementwise (eq, ne, lt, le, gt,
+ge: the Tensor's ==, <, ...) and of whole tensors (allclose, isclose, equal), and logic on bool tensors (logical_*,
+and bitwise_* bit by bit on integer ones)."""
+import operator
+
 from ..backend import xp_of
 from ..tensor import Tensor, as_array
 
@@ -14,6 +17,21 @@ def isinf(x):
 
 def isfinite(x):
     return Tensor(xp_of(x.array).isfinite(x.array))
+
+
+def _comparison(op):
+    """eq, ne, lt, le, gt, ge: a against b elementwise, broadcast, as a bool tensor (torch.eq and the rest)."""
+    def compare(a, b):
+        if b is None:                      # NumPy would compare each element with None and answer False, silently
+            raise TypeError(f"{op.__name__}() received None: compare with a tensor or a number (only `x == None` and "
+                            "`x != None` take None, and answer False and True, as in PyTorch)")
+        return Tensor(op(a.array, as_array(b)))
+    compare.__name__ = op.__name__
+    return compare
+
+
+eq, ne, lt, le, gt, ge = (_comparison(op) for op in (operator.eq, operator.ne, operator.lt, operator.le, operator.gt,
+                                                     operator.ge))
 
 
 def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):

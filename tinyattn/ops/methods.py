@@ -1,9 +1,8 @@
 """The PyTorch-named methods and operators of Tensor (x + y, x.sum(dim=1), x.view(...), x.add_(y), ...), attached
 to the class defined in tinyattn/tensor.py."""
 import builtins
-import operator
 
-from ..tensor import Tensor, as_array
+from ..tensor import Tensor
 from . import in_place
 from .. import creation
 from .conversions import to
@@ -11,8 +10,8 @@ from .elementwise import (abs, add, clamp, clone, cos, div, exp, floor_divide, l
                           relu, remainder, rsqrt, sigmoid, sin, sqrt, sub, tanh)
 from .indexing import (gather, getitem, index_add, index_fill, index_select, masked_fill, nonzero, scatter, scatter_add,
                        tril, triu)
-from .logic import (bitwise_and, bitwise_not, bitwise_or, bitwise_xor, equal, isclose, isfinite, isinf, isnan,
-                    logical_and, logical_not, logical_or, logical_xor)
+from .logic import (bitwise_and, bitwise_not, bitwise_or, bitwise_xor, eq, equal, ge, gt, isclose, isfinite, isinf,
+                    isnan, le, logical_and, logical_not, logical_or, logical_xor, lt, ne)
 from .matmul import bmm, dot, matmul
 from .reductions import (all, amax, amin, any, argmax, argmin, cumsum, logsumexp, max, mean, min, norm, prod, std, sum,
                          var)
@@ -26,18 +25,8 @@ def _reflected(function):
     return lambda self, other: function(other, self)
 
 
-def _compare(op):
-    def compare(a, b):
-        if b is None:                      # NumPy would compare each element with None and answer False, silently
-            raise TypeError(f"{op.__name__}() received None: compare with a tensor or a number (only `x == None` and "
-                            "`x != None` take None, and answer False and True, as in PyTorch)")
-        return Tensor(op(a.array, as_array(b)))
-    return compare
-
-
-def _equality(op):
+def _equality(compare):
     """x == y and x != y; against None, False and True as in PyTorch (`if idx_next == eos_id:` with eos_id None)."""
-    compare = _compare(op)
     return lambda a, b: NotImplemented if b is None else compare(a, b)
 
 
@@ -72,10 +61,8 @@ def install():
         "__neg__": neg, "__getitem__": getitem, "__setitem__": in_place.setitem,
         "__iadd__": _in_place_operator(in_place.add_), "__isub__": _in_place_operator(in_place.sub_),
         "__imul__": _in_place_operator(in_place.mul_), "__itruediv__": _in_place_operator(in_place.div_),
-        "__lt__": _compare(operator.lt), "__le__": _compare(operator.le), "__gt__": _compare(operator.gt),
-        "__ge__": _compare(operator.ge), "__eq__": _equality(operator.eq), "__ne__": _equality(operator.ne),
-        "eq": _compare(operator.eq), "ne": _compare(operator.ne), "lt": _compare(operator.lt),
-        "gt": _compare(operator.gt), "le": _compare(operator.le), "ge": _compare(operator.ge),
+        "__lt__": lt, "__le__": le, "__gt__": gt, "__ge__": ge, "__eq__": _equality(eq), "__ne__": _equality(ne),
+        "eq": eq, "ne": ne, "lt": lt, "gt": gt, "le": le, "ge": ge,
         "add": add, "sub": sub, "mul": mul, "div": div, "pow": pow, "matmul": matmul, "maximum": maximum,
         "exp": exp, "log": log, "sqrt": sqrt, "abs": abs, "tanh": tanh, "sigmoid": sigmoid, "relu": relu,
         "clamp": clamp,
