@@ -786,24 +786,36 @@ def test_the_machine_record_names_the_simd_targets_numpy_runs_and_what_turned_th
 
 def _names_reached_in_the_cpu_layer():
     """{name: files} for every name of tinyattn.cpu that code outside it reaches (tinyattn and lessons; docstrings
-    and comments are not code): cpu.X, ta.cpu.X or tinyattn.cpu.X, `from .cpu import X` in any spelling, and a
-    submodule's name for `from .cpu.split import ...` or `import tinyattn.cpu.split`."""
+    and comments are not code): X on the cpu module under any name it is imported as (cpu.X, ta.cpu.X,
+    tinyattn.cpu.X, c.X after `import tinyattn.cpu as c` or `from .. import cpu as c`), `from .cpu import X` in any
+    spelling, and a submodule's name for `from .cpu.split import ...` or `import tinyattn.cpu.split`."""
     root = Path(ta.__file__).parent
     reached = {}
     for path in sorted([*root.rglob("*.py"), *(root.parent / "lessons").rglob("*.py")]):
         if root / "cpu" in path.parents:
             continue
         package = path.relative_to(root.parent).parent.parts
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        tree = ast.parse(path.read_text(), str(path))
+
+        def imported_module(node):
+            base = package[:len(package) - node.level + 1] if node.level else ()
+            return (*base, *(node.module.split(".") if node.module else ()))
+
+        cpu_names = {"cpu"}                        # the names the cpu module goes by in this file
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                cpu_names |= {alias.asname for alias in node.names if alias.name == "tinyattn.cpu" and alias.asname}
+            elif isinstance(node, ast.ImportFrom) and imported_module(node) == ("tinyattn",):
+                cpu_names |= {alias.asname or alias.name for alias in node.names if alias.name == "cpu"}
+        for node in ast.walk(tree):
             names = []
             if isinstance(node, ast.Attribute) and (
-                    isinstance(node.value, ast.Name) and node.value.id == "cpu"
+                    isinstance(node.value, ast.Name) and node.value.id in cpu_names
                     or isinstance(node.value, ast.Attribute) and node.value.attr == "cpu"
                     and isinstance(node.value.value, ast.Name) and node.value.value.id in ("ta", "tinyattn")):
                 names = [node.attr]
             elif isinstance(node, ast.ImportFrom):
-                base = package[:len(package) - node.level + 1] if node.level else ()
-                module = (*base, *(node.module or "").split("."))
+                module = imported_module(node)
                 if module == ("tinyattn", "cpu"):
                     names = [alias.name for alias in node.names]
                 elif module[:2] == ("tinyattn", "cpu"):              # from tinyattn.cpu.split import ...
